@@ -1,0 +1,31 @@
+# fcos-d2: `make quickstart` trains and evaluates on the built-in dataset; `make test` runs the suite.
+PYTHON_VERSION ?= 3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.fcos-d2-setup-done
+
+.PHONY: setup test quickstart benchmark clean-venv
+
+# The stamp records that requirements.txt, detectron2 and fcos-d2 were installed; it is
+# redone when requirements.txt or setup.py change. A second run only verifies imports.
+setup: $(STAMP)
+	@$(PY) -c "import fcos_d2, detectron2.engine, detectron2.evaluation, detectron2.data; print('environment OK: torch', __import__('torch').__version__, '| detectron2', __import__('detectron2').__version__)"
+
+$(STAMP): requirements.txt setup.py tools/install_detectron2.py
+	@test -x $(PY) || python$(PYTHON_VERSION) -m venv $(VENV)
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) tools/install_detectron2.py
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	@touch $@
+
+test: setup
+	$(PY) -m pytest -q tests
+
+quickstart: setup
+	$(PY) train_net.py --config-file configs/quickstart.yaml --num-gpus 1 OUTPUT_DIR output/quickstart
+
+benchmark: setup
+	$(PY) tools/benchmark.py
+
+clean-venv:
+	rm -rf $(VENV)
