@@ -1,5 +1,12 @@
 """fcos-d2: FCOS as a detectron2 extension. Importing this package registers FCOS."""
 # compat first: it makes detectron2 v0.6 importable without its C++ extension.
 from . import compat  # noqa: F401  (side effect: detectron2 compatibility)
+from .config import add_fcos_config
+from .head import FCOSHead
+
+# Side effects: register the backbone builder and the FCOS meta-architecture.
+from .backbone import build_fcos_resnet_fpn_backbone  # noqa: E402
+from .meta_arch import FCOS  # noqa: E402
 
 __version__ = "0.1.0"
+__all__ = ["add_fcos_config", "build_fcos_resnet_fpn_backbone", "FCOS", "FCOSHead"]

@@ -1,0 +1,129 @@
+"""Feature locations and FCOS training targets. Pure functions, no learnable state.
+
+Symbols:
+    N: images in the batch.        L: FPN levels the head runs on.
+    Hi, Wi: height/width of level i.  R: locations of all levels, sum_i(Hi * Wi).
+    M: ground-truth boxes of one image.  K: foreground classes (background is K).
+Locations are concatenated level by level, each level in row-major (y, x) order.
+"""
+from typing import List, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+INF = float("inf")
+
+
+def compute_locations(
+    shapes: Sequence[Tuple[int, int]], strides: Sequence[int], device: torch.device
+) -> List[Tensor]:
+    """(x, y) image coordinates of every feature location, per level.
+
+    The location (i, j) of a level with stride s is ``(s * j + s // 2, s * i + s // 2)``,
+    the center of the input cell it sees.
+
+    Args:
+        shapes: (Hi, Wi) per level.
+        strides: stride per level.
+        device: where to build the tensors.
+
+    Returns:
+        per level, a float tensor (Hi * Wi, 2) of (x, y).
+    """
+    locations = []
+    for (height, width), stride in zip(shapes, strides):
+        xs = torch.arange(width, device=device, dtype=torch.float32) * stride
+        ys = torch.arange(height, device=device, dtype=torch.float32) * stride
+        y, x = torch.meshgrid(ys, xs, indexing="ij")  # (Hi, Wi) each
+        locations.append(torch.stack([x.reshape(-1), y.reshape(-1)], dim=1) + stride // 2)
+    return locations
+
+
+def level_size_ranges(sizes_of_interest: Sequence[float]) -> List[Tuple[float, float]]:
+    """[64, 128] -> [(-1, 64), (64, 128), (128, inf)]: the regression range of each level."""
+    bounds = [-1.0, *[float(s) for s in sizes_of_interest], INF]
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+@torch.no_grad()
+def assign_targets(
+    locations: List[Tensor],
+    gt_boxes: List[Tensor],
+    gt_classes: List[Tensor],
+    *,
+    strides: Sequence[int],
+    size_ranges: Sequence[Tuple[float, float]],
+    center_sampling_radius: float,
+    num_classes: int,
+    norm_reg_targets: bool,
+) -> Tuple[Tensor, Tensor]:
+    """Assigns each location of each image a class and an (l, t, r, b) regression target.
+
+    A location is a candidate for a box when it lies strictly inside the box (or, with
+    center sampling, inside the square of half-side ``radius * stride`` around the box
+    center, clipped to the box) and its largest distance to the box sides lies in its
+    level's size range, inclusive at both ends. Among candidates the smallest box wins.
+
+    Args:
+        locations: per level (Hi * Wi, 2), from :func:`compute_locations`.
+        gt_boxes: per image (M, 4) XYXY in input pixels; M may be 0.
+        gt_classes: per image (M,) in [0, K).
+        strides: stride per level.
+        size_ranges: (low, high) per level, from :func:`level_size_ranges`.
+        center_sampling_radius: in strides; 0 means any location inside the box.
+        num_classes: K; background locations get label K.
+        norm_reg_targets: divide the regression targets by the level's stride.
+
+    Returns:
+        labels (N, R) int64 in [0, K]; reg_targets (N, R, 4) float, (l, t, r, b).
+    """
+    if len(strides) != len(locations) or len(size_ranges) != len(locations):
+        raise ValueError(f"{len(locations)} levels, but {len(strides)} strides and "
+                         f"{len(size_ranges)} size ranges")
+    points = torch.cat(locations)  # (R, 2)
+    per_level = torch.tensor([len(loc) for loc in locations], device=points.device)
+    point_strides = points.new_tensor(strides).repeat_interleave(per_level)  # (R,)
+    point_ranges = points.new_tensor(size_ranges).repeat_interleave(per_level, dim=0)  # (R, 2)
+    labels, targets = [], []
+    for boxes, classes in zip(gt_boxes, gt_classes):
+        image_labels, image_targets = _assign_image(
+            points, point_strides, point_ranges, boxes.to(points), classes,
+            center_sampling_radius, num_classes)
+        if norm_reg_targets:
+            image_targets = image_targets / point_strides[:, None]
+        labels.append(image_labels)
+        targets.append(image_targets)
+    return torch.stack(labels), torch.stack(targets)
+
+
+def _assign_image(
+    points: Tensor, strides: Tensor, ranges: Tensor, boxes: Tensor, classes: Tensor,
+    radius: float, num_classes: int,
+) -> Tuple[Tensor, Tensor]:
+    """Targets of one image; shapes as in :func:`assign_targets`, for (R,) locations."""
+    num_points = len(points)
+    if len(boxes) == 0:
+        return (torch.full((num_points,), num_classes, dtype=torch.int64, device=points.device),
+                points.new_zeros((num_points, 4)))
+    x, y = points[:, 0:1], points[:, 1:2]  # (R, 1)
+    x0, y0, x1, y1 = boxes.unbind(dim=1)  # (M,) each
+    ltrb = torch.stack([x - x0, y - y0, x1 - x, y1 - y], dim=2)  # (R, M, 4)
+    if radius > 0:
+        half = strides[:, None] * radius  # (R, 1)
+        cx, cy = (x0 + x1) / 2, (y0 + y1) / 2
+        region = torch.stack([
+            x - torch.maximum(cx - half, x0), y - torch.maximum(cy - half, y0),
+            torch.minimum(cx + half, x1) - x, torch.minimum(cy + half, y1) - y,
+        ], dim=2)  # (R, M, 4)
+        inside = region.min(dim=2).values > 0
+    else:
+        inside = ltrb.min(dim=2).values > 0
+    max_distance = ltrb.max(dim=2).values  # (R, M)
+    in_range = (max_distance >= ranges[:, :1]) & (max_distance <= ranges[:, 1:])
+    area = (x1 - x0) * (y1 - y0)  # (M,)
+    cost = torch.where(inside & in_range, area[None, :], torch.full_like(max_distance, INF))
+    min_area, matched = cost.min(dim=1)  # (R,)
+    labels = classes.to(torch.int64)[matched]
+    labels[min_area == INF] = num_classes
+    targets = ltrb[torch.arange(num_points, device=points.device), matched]  # (R, 4)
+    return labels, targets

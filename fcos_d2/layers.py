@@ -1,0 +1,79 @@
+"""Layers FCOS needs beyond detectron2's: a per-level scale and a deformable conv.
+
+The deformable conv is built on ``torchvision.ops.deform_conv2d`` so that it runs on the
+CPU and on any GPU without detectron2's C++ extension.
+"""
+import math
+from typing import Optional
+
+import torch
+from torch import Tensor, nn
+from torchvision.ops import deform_conv2d
+
+
+class Scale(nn.Module):
+    """Multiplies its input by one learnable scalar (one per FPN level in the head)."""
+
+    def __init__(self, init_value: float = 1.0):
+        super().__init__()
+        self.scale = nn.Parameter(torch.tensor([init_value]))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x * self.scale
+
+
+class DeformConv2d(nn.Module):
+    """A deformable 3x3-style conv whose offsets (and, if modulated, masks) are predicted
+    from its input by ``self.offset``, a plain conv initialised to zero, so that training
+    starts from a regular convolution (DCNv1; DCNv2 when ``modulated``).
+
+    Parameters: ``weight``, ``bias`` (optional), ``offset.weight``, ``offset.bias``, and
+    ``norm.*`` when a norm is given; ``forward`` applies conv -> norm -> activation, like
+    ``detectron2.layers.Conv2d``.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int = 3,
+        *,
+        stride: int = 1,
+        padding: int = 1,
+        dilation: int = 1,
+        groups: int = 1,
+        deform_groups: int = 1,
+        modulated: bool = True,
+        bias: bool = True,
+        norm: Optional[nn.Module] = None,
+        activation: Optional[nn.Module] = None,
+    ):
+        super().__init__()
+        self.stride, self.padding, self.dilation = stride, padding, dilation
+        self.modulated = modulated
+        self.weight = nn.Parameter(
+            torch.empty(out_channels, in_channels // groups, kernel_size, kernel_size))
+        self.bias = nn.Parameter(torch.zeros(out_channels)) if bias else None
+        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        # (dy, dx) per kernel tap and deform group, then one mask value per tap if modulated.
+        per_tap = 3 if modulated else 2
+        self.offset = nn.Conv2d(in_channels, per_tap * deform_groups * kernel_size ** 2,
+                                kernel_size, stride=stride, padding=padding, dilation=dilation)
+        nn.init.zeros_(self.offset.weight)
+        nn.init.zeros_(self.offset.bias)
+        self.norm = norm
+        self.activation = activation
+
+    def forward(self, x: Tensor) -> Tensor:
+        offset = self.offset(x)  # (N, per_tap * G * k * k, Ho, Wo)
+        mask = None
+        if self.modulated:
+            num_mask = offset.shape[1] // 3
+            offset, mask = offset[:, :2 * num_mask], offset[:, 2 * num_mask:].sigmoid()
+        x = deform_conv2d(x, offset, self.weight, self.bias, stride=self.stride,
+                          padding=self.padding, dilation=self.dilation, mask=mask)
+        if self.norm is not None:
+            x = self.norm(x)
+        if self.activation is not None:
+            x = self.activation(x)
+        return x

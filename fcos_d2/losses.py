@@ -1,0 +1,118 @@
+"""FCOS losses: sigmoid focal loss, IoU-family box loss, centerness BCE.
+
+Symbols: N images, R locations of all levels, K foreground classes (background is K).
+The normalisers follow the official FCOS: the positive count and the sum of centerness
+targets are summed over all workers and divided by the number of workers, so that every
+worker divides by the same number and gradients average correctly under DDP.
+"""
+from typing import Dict
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from detectron2.utils import comm
+from torch import Tensor
+from torchvision.ops import sigmoid_focal_loss
+
+LOC_LOSS_TYPES = ("iou", "linear_iou", "giou")
+
+
+def centerness_targets(reg_targets: Tensor) -> Tensor:
+    """sqrt(min(l, r) / max(l, r) * min(t, b) / max(t, b)) for (P, 4) targets -> (P,)."""
+    left_right = reg_targets[:, [0, 2]]
+    top_bottom = reg_targets[:, [1, 3]]
+    ratio = (left_right.min(dim=1).values / left_right.max(dim=1).values) * (
+        top_bottom.min(dim=1).values / top_bottom.max(dim=1).values)
+    return torch.sqrt(ratio)
+
+
+def iou_loss(pred: Tensor, target: Tensor, weight: Tensor, loss_type: str) -> Tensor:
+    """Summed IoU-family loss between (P, 4) (l, t, r, b) distances from the same points.
+
+    IoU is smoothed as (intersection + 1) / (union + 1) and GIoU subtracts
+    (enclosing - union) / (enclosing + 1e-7), as in the official FCOS. ``weight`` (P,)
+    multiplies each term unless it sums to zero.
+    """
+    if loss_type not in LOC_LOSS_TYPES:
+        raise ValueError(f"MODEL.FCOS.LOC_LOSS_TYPE: unknown '{loss_type}', expected one of "
+                         f"{LOC_LOSS_TYPES}")
+    pred_area = (pred[:, 0] + pred[:, 2]) * (pred[:, 1] + pred[:, 3])
+    target_area = (target[:, 0] + target[:, 2]) * (target[:, 1] + target[:, 3])
+    inner = torch.minimum(pred, target)  # (P, 4)
+    outer = torch.maximum(pred, target)  # (P, 4)
+    intersection = (inner[:, 0] + inner[:, 2]) * (inner[:, 1] + inner[:, 3])
+    union = pred_area + target_area - intersection
+    iou = (intersection + 1.0) / (union + 1.0)
+    if loss_type == "iou":
+        losses = -torch.log(iou)
+    elif loss_type == "linear_iou":
+        losses = 1 - iou
+    else:
+        enclosing = (outer[:, 0] + outer[:, 2]) * (outer[:, 1] + outer[:, 3]) + 1e-7
+        losses = 1 - (iou - (enclosing - union) / enclosing)
+    if weight.sum() > 0:
+        return (losses * weight).sum()
+    return losses.sum()
+
+
+def mean_over_workers(value: float) -> float:
+    """Sum of ``value`` over all workers divided by the number of workers."""
+    world_size = comm.get_world_size()
+    if world_size == 1:
+        return value
+    total = torch.tensor([value], dtype=torch.float64,
+                         device="cuda" if dist.get_backend() == "nccl" else "cpu")
+    dist.all_reduce(total)
+    return total.item() / world_size
+
+
+def fcos_losses(
+    *,
+    logits: Tensor,
+    reg_pred: Tensor,
+    ctr_logits: Tensor,
+    labels: Tensor,
+    reg_targets: Tensor,
+    num_classes: int,
+    focal_alpha: float,
+    focal_gamma: float,
+    loc_loss_type: str,
+) -> Dict[str, Tensor]:
+    """The three FCOS losses of one batch.
+
+    Args:
+        logits: (N, R, K) classification logits.
+        reg_pred: (N, R, 4) predicted (l, t, r, b), in the same units as ``reg_targets``.
+        ctr_logits: (N, R) centerness logits.
+        labels: (N, R) assigned classes in [0, K]; K is background.
+        reg_targets: (N, R, 4) assigned (l, t, r, b).
+        num_classes: K.
+        focal_alpha, focal_gamma: focal loss parameters.
+        loc_loss_type: "iou", "linear_iou" or "giou".
+
+    Returns:
+        ``loss_fcos_cls``, ``loss_fcos_loc`` and ``loss_fcos_ctr``, scalars.
+    """
+    labels = labels.reshape(-1)  # (N * R,)
+    positive = labels < num_classes
+    num_positives = mean_over_workers(float(positive.sum().item()))
+    one_hot = F.one_hot(labels, num_classes + 1)[:, :num_classes].to(logits.dtype)
+    loss_cls = sigmoid_focal_loss(logits.reshape(-1, num_classes), one_hot, alpha=focal_alpha,
+                                  gamma=focal_gamma, reduction="sum")
+    reg_pred = reg_pred.reshape(-1, 4)[positive]  # (P, 4)
+    ctr_logits = ctr_logits.reshape(-1)[positive]  # (P,)
+    reg_targets = reg_targets.reshape(-1, 4)[positive]  # (P, 4)
+    ctr_targets = centerness_targets(reg_targets)
+    # Every worker must take part in the reduction, also one without positives.
+    ctr_target_sum = mean_over_workers(float(ctr_targets.sum().item()))
+    if len(ctr_targets) > 0:
+        loss_loc = iou_loss(reg_pred, reg_targets, ctr_targets, loc_loss_type) / ctr_target_sum
+        loss_ctr = F.binary_cross_entropy_with_logits(ctr_logits, ctr_targets, reduction="sum")
+    else:  # zero, but keeps the graph connected so that DDP sees every parameter used
+        loss_loc, loss_ctr = reg_pred.sum() * 0, ctr_logits.sum() * 0
+    normaliser = max(num_positives, 1.0)
+    return {
+        "loss_fcos_cls": loss_cls / normaliser,
+        "loss_fcos_loc": loss_loc,
+        "loss_fcos_ctr": loss_ctr / normaliser,
+    }

@@ -1,0 +1,171 @@
+"""The FCOS meta-architecture: preprocess -> backbone -> head -> targets and losses in
+training, or per-image post-processing in inference. Glue only; the work is done by
+``head``, ``assignment``, ``losses`` and ``postprocess``.
+
+Symbols: N images, L levels, Hi x Wi level sizes, R = sum(Hi * Wi), K classes.
+"""
+from typing import Dict, List, Sequence, Tuple
+
+import torch
+from detectron2.config import configurable
+from detectron2.modeling import META_ARCH_REGISTRY, build_backbone
+from detectron2.modeling.postprocessing import detector_postprocess
+from detectron2.structures import ImageList, Instances
+from torch import Tensor, nn
+
+from .assignment import assign_targets, compute_locations, level_size_ranges
+from .head import FCOSHead
+from .losses import LOC_LOSS_TYPES, fcos_losses
+from .postprocess import postprocess_image
+
+
+def _flatten_levels(outputs: List[Tensor]) -> Tensor:
+    """Per level (N, C, Hi, Wi) -> (N, R, C), locations in the order of compute_locations."""
+    return torch.cat([x.permute(0, 2, 3, 1).reshape(x.shape[0], -1, x.shape[1])  # (N, HiWi, C)
+                      for x in outputs], dim=1)
+
+
+@META_ARCH_REGISTRY.register()
+class FCOS(nn.Module):
+    """FCOS (Tian et al., 2019), configured by ``MODEL.FCOS`` (see ``add_fcos_config``).
+
+    Input: detectron2's list of dicts, each with "image" (C, H, W) in ``input_format`` and,
+    in training, "instances" with ``gt_boxes`` and 0-based ``gt_classes``.
+    Output: in training, a dict of losses; in inference, per image {"instances": Instances}
+    with ``pred_boxes``, ``scores`` and ``pred_classes``, in the original image size.
+    """
+
+    @configurable
+    def __init__(
+        self,
+        *,
+        backbone: nn.Module,
+        head: FCOSHead,
+        head_in_features: Sequence[str],
+        num_classes: int,
+        pixel_mean: Sequence[float],
+        pixel_std: Sequence[float],
+        input_format: str = "BGR",
+        sizes_of_interest: Sequence[float] = (64, 128, 256, 512),
+        center_sampling_radius: float = 1.5,
+        focal_loss_alpha: float = 0.25,
+        focal_loss_gamma: float = 2.0,
+        loc_loss_type: str = "giou",
+        norm_reg_targets: bool = True,
+        score_thresh: float = 0.05,
+        topk_candidates: int = 1000,
+        nms_thresh: float = 0.6,
+        max_detections_per_image: int = 100,
+    ):
+        super().__init__()
+        shapes = backbone.output_shape()
+        missing = [f for f in head_in_features if f not in shapes]
+        if missing:
+            raise ValueError(f"MODEL.FCOS.IN_FEATURES: {missing} not produced by the backbone, "
+                             f"which gives {sorted(shapes)}")
+        if len(sizes_of_interest) != len(head_in_features) - 1:
+            raise ValueError(f"MODEL.FCOS.SIZES_OF_INTEREST: {len(head_in_features)} levels need "
+                             f"{len(head_in_features) - 1} boundaries, got {list(sizes_of_interest)}")
+        if loc_loss_type not in LOC_LOSS_TYPES:
+            raise ValueError(f"MODEL.FCOS.LOC_LOSS_TYPE: unknown '{loc_loss_type}', expected one "
+                             f"of {LOC_LOSS_TYPES}")
+        self.backbone, self.head = backbone, head
+        self.head_in_features = list(head_in_features)
+        self.strides = [shapes[f].stride for f in head_in_features]
+        self.num_classes = num_classes
+        self.input_format = input_format
+        self.size_ranges = level_size_ranges(sizes_of_interest)
+        self.center_sampling_radius = center_sampling_radius
+        self.focal_loss_alpha, self.focal_loss_gamma = focal_loss_alpha, focal_loss_gamma
+        self.loc_loss_type = loc_loss_type
+        self.norm_reg_targets = norm_reg_targets
+        self.score_thresh, self.topk_candidates = score_thresh, topk_candidates
+        self.nms_thresh, self.max_detections_per_image = nms_thresh, max_detections_per_image
+        self.register_buffer("pixel_mean", torch.tensor(pixel_mean).view(-1, 1, 1), False)
+        self.register_buffer("pixel_std", torch.tensor(pixel_std).view(-1, 1, 1), False)
+
+    @classmethod
+    def from_config(cls, cfg):
+        fcos = cfg.MODEL.FCOS
+        backbone = build_backbone(cfg)
+        shapes = backbone.output_shape()
+        return {
+            "backbone": backbone,
+            "head": FCOSHead(cfg, [shapes[f] for f in fcos.IN_FEATURES if f in shapes]),
+            "head_in_features": fcos.IN_FEATURES,
+            "num_classes": fcos.NUM_CLASSES,
+            "pixel_mean": cfg.MODEL.PIXEL_MEAN,
+            "pixel_std": cfg.MODEL.PIXEL_STD,
+            "input_format": cfg.INPUT.FORMAT,
+            "sizes_of_interest": fcos.SIZES_OF_INTEREST,
+            "center_sampling_radius": fcos.CENTER_SAMPLING_RADIUS,
+            "focal_loss_alpha": fcos.FOCAL_LOSS_ALPHA,
+            "focal_loss_gamma": fcos.FOCAL_LOSS_GAMMA,
+            "loc_loss_type": fcos.LOC_LOSS_TYPE,
+            "norm_reg_targets": fcos.NORM_REG_TARGETS,
+            "score_thresh": fcos.INFERENCE_TH_TEST,
+            "topk_candidates": fcos.PRE_NMS_TOPK_TEST,
+            "nms_thresh": fcos.NMS_TH_TEST,
+            "max_detections_per_image": cfg.TEST.DETECTIONS_PER_IMAGE,
+        }
+
+    @property
+    def device(self) -> torch.device:
+        return self.pixel_mean.device
+
+    def preprocess_image(self, batched_inputs: List[Dict]) -> ImageList:
+        images = [(x["image"].to(self.device) - self.pixel_mean) / self.pixel_std
+                  for x in batched_inputs]
+        return ImageList.from_tensors(images, self.backbone.size_divisibility)
+
+    def forward_head(self, images: ImageList) -> Tuple[List[Tensor], List[Tensor], List[Tensor]]:
+        """Backbone and head on a padded batch: per level logits, regression, centerness."""
+        features = self.backbone(images.tensor)
+        return self.head([features[f] for f in self.head_in_features])
+
+    def forward(self, batched_inputs: List[Dict]):
+        images = self.preprocess_image(batched_inputs)
+        logits, regression, centerness = self.forward_head(images)
+        locations = compute_locations([x.shape[-2:] for x in logits], self.strides, self.device)
+        if self.training:
+            if "instances" not in batched_inputs[0]:
+                raise ValueError("FCOS in training mode needs 'instances' in every input dict")
+            instances = [x["instances"].to(self.device) for x in batched_inputs]
+            return self.losses(locations, instances, logits, regression, centerness)
+        results = self.inference(locations, images.image_sizes, logits, regression, centerness)
+        return [
+            {"instances": detector_postprocess(r, x.get("height", size[0]), x.get("width", size[1]))}
+            for r, x, size in zip(results, batched_inputs, images.image_sizes)
+        ]
+
+    def losses(self, locations: List[Tensor], instances: List[Instances], logits: List[Tensor],
+               regression: List[Tensor], centerness: List[Tensor]) -> Dict[str, Tensor]:
+        """Training targets for the batch, then the three losses."""
+        labels, reg_targets = assign_targets(
+            locations, [x.gt_boxes.tensor for x in instances], [x.gt_classes for x in instances],
+            strides=self.strides, size_ranges=self.size_ranges,
+            center_sampling_radius=self.center_sampling_radius, num_classes=self.num_classes,
+            norm_reg_targets=self.norm_reg_targets)  # (N, R), (N, R, 4)
+        return fcos_losses(
+            logits=_flatten_levels(logits), reg_pred=_flatten_levels(regression),
+            ctr_logits=_flatten_levels(centerness)[..., 0], labels=labels,
+            reg_targets=reg_targets, num_classes=self.num_classes,
+            focal_alpha=self.focal_loss_alpha, focal_gamma=self.focal_loss_gamma,
+            loc_loss_type=self.loc_loss_type)
+
+    def inference(self, locations: List[Tensor], image_sizes: List[Tuple[int, int]],
+                  logits: List[Tensor], regression: List[Tensor],
+                  centerness: List[Tensor]) -> List[Instances]:
+        """Per image detections in the (unpadded) input size."""
+        if self.norm_reg_targets:  # stride units -> pixels
+            regression = [r * s for r, s in zip(regression, self.strides)]
+        per_level = lambda outputs: [x.flatten(2).transpose(1, 2) for x in outputs]  # (N, HiWi, C)
+        logits, regression, centerness = map(per_level, (logits, regression, centerness))
+        return [
+            postprocess_image(
+                [x[i] for x in logits], [x[i] for x in regression],
+                [x[i, :, 0] for x in centerness], locations, image_size,
+                score_thresh=self.score_thresh, topk_candidates=self.topk_candidates,
+                nms_thresh=self.nms_thresh, max_detections=self.max_detections_per_image)
+            for i, image_size in enumerate(image_sizes)
+        ]

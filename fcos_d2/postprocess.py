@@ -1,0 +1,87 @@
+"""FCOS inference: candidates per level, decoding, class-wise NMS. Pure functions.
+
+Symbols: K foreground classes; for one image and level i, Ri = Hi * Wi locations;
+C candidates (location, class) that pass the score threshold; D final detections.
+"""
+from typing import List, Tuple
+
+import torch
+from detectron2.layers import batched_nms
+from detectron2.structures import Boxes, Instances
+from torch import Tensor
+
+
+def decode_boxes(locations: Tensor, ltrb: Tensor) -> Tensor:
+    """(C, 2) (x, y) locations and (C, 4) (l, t, r, b) pixel distances -> (C, 4) XYXY."""
+    return torch.cat([locations - ltrb[:, :2], locations + ltrb[:, 2:]], dim=1)
+
+
+def select_level_candidates(
+    logits: Tensor,
+    ltrb: Tensor,
+    ctr_logits: Tensor,
+    locations: Tensor,
+    *,
+    score_thresh: float,
+    topk: int,
+) -> Tuple[Tensor, Tensor, Tensor]:
+    """Candidates of one level of one image.
+
+    A (location, class) pair is a candidate when its class probability exceeds
+    ``score_thresh``; candidates are ranked by probability * sigmoid(centerness) and the
+    best ``topk`` kept.
+
+    Args:
+        logits: (Ri, K) classification logits.
+        ltrb: (Ri, 4) predicted distances in pixels.
+        ctr_logits: (Ri,) centerness logits.
+        locations: (Ri, 2) (x, y).
+        score_thresh: threshold on the class probability.
+        topk: at most this many candidates.
+
+    Returns:
+        boxes (C, 4) XYXY, scores (C,) = probability * centerness, classes (C,).
+    """
+    probs = logits.sigmoid()  # (Ri, K)
+    candidates = probs > score_thresh
+    scores = (probs * ctr_logits.sigmoid()[:, None])[candidates]  # (C,)
+    location_idx, classes = candidates.nonzero(as_tuple=True)
+    if len(scores) > topk:
+        scores, keep = scores.topk(topk, sorted=False)
+        location_idx, classes = location_idx[keep], classes[keep]
+    boxes = decode_boxes(locations[location_idx], ltrb[location_idx])
+    return boxes, scores, classes
+
+
+def postprocess_image(
+    logits: List[Tensor],
+    ltrb: List[Tensor],
+    ctr_logits: List[Tensor],
+    locations: List[Tensor],
+    image_size: Tuple[int, int],
+    *,
+    score_thresh: float,
+    topk_candidates: int,
+    nms_thresh: float,
+    max_detections: int,
+) -> Instances:
+    """Detections of one image from its per-level head outputs (shapes as in
+    :func:`select_level_candidates`, one list entry per level).
+
+    Boxes are clipped to ``image_size`` (H, W); the score is sqrt(probability *
+    centerness); NMS is class-wise; the ``max_detections`` best are kept, best first.
+    """
+    per_level = [
+        select_level_candidates(*level, score_thresh=score_thresh, topk=topk_candidates)
+        for level in zip(logits, ltrb, ctr_logits, locations)
+    ]
+    boxes, scores, classes = (torch.cat(parts) for parts in zip(*per_level))
+    boxes = Boxes(boxes)
+    boxes.clip(image_size)
+    scores = torch.sqrt(scores)
+    keep = batched_nms(boxes.tensor, scores, classes, nms_thresh)[:max_detections]
+    result = Instances(image_size)
+    result.pred_boxes = boxes[keep]
+    result.scores = scores[keep]
+    result.pred_classes = classes[keep]
+    return result
