@@ -1,0 +1,57 @@
+"""Converts a checkpoint of the official FCOS repo into one that MODEL.WEIGHTS loads.
+
+Usage:
+    python tools/convert_official_fcos.py FCOS_imprv_R_50_FPN_1x.pth fcos_R_50_1x.pth \
+        [--config-file configs/FCOS-R50.yaml]
+
+With --config-file, the result is also checked against the model that config builds:
+every parameter must be filled and none left over (the key mapping is in the README and
+in fcos_d2/checkpoint.py).
+"""
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+import fcos_d2  # noqa: E402  (registers FCOS before detectron2 is used)
+from fcos_d2.checkpoint import (CheckpointMismatchError, check_matches_model,  # noqa: E402
+                                convert_official_state_dict)
+
+
+def build_model_from_config(config_file: str):
+    from detectron2.config import get_cfg
+    from detectron2.modeling import build_model
+
+    cfg = get_cfg()
+    fcos_d2.add_fcos_config(cfg)
+    cfg.merge_from_file(config_file)
+    cfg.MODEL.DEVICE = "cpu"
+    return build_model(cfg)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("src", help="official checkpoint ({'model': state_dict})")
+    parser.add_argument("dst", help="where to write the converted checkpoint")
+    parser.add_argument("--config-file", help="check the result against this config's model")
+    args = parser.parse_args()
+    checkpoint = torch.load(args.src, map_location="cpu", weights_only=True)
+    if not isinstance(checkpoint, dict):
+        sys.exit(f"{args.src}: expected a dict, got {type(checkpoint).__name__}")
+    state_dict = checkpoint.get("model", checkpoint)
+    try:
+        converted = convert_official_state_dict(state_dict)
+        if args.config_file:
+            check_matches_model(converted, build_model_from_config(args.config_file))
+    except CheckpointMismatchError as e:
+        sys.exit(f"{args.src}: {e}")
+    torch.save({"model": converted, "__author__": "official FCOS, converted by fcos-d2",
+                "matching_heuristics": False}, args.dst)
+    print(f"wrote {args.dst}: {len(converted)} tensors")
+
+
+if __name__ == "__main__":
+    main()
