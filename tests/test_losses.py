@@ -1,0 +1,78 @@
+"""Losses on small inputs computed by hand, including batches without positives."""
+import math
+
+import pytest
+import torch
+from torchvision.ops import sigmoid_focal_loss
+
+from fcos_d2.losses import centerness_targets, fcos_losses, iou_loss, mean_over_workers
+
+K = 3
+
+
+def _losses(labels, logits=None, reg_pred=None, reg_targets=None, loss_type="giou"):
+    n, r = labels.shape
+    logits = torch.zeros(n, r, K) if logits is None else logits
+    reg_pred = torch.ones(n, r, 4) if reg_pred is None else reg_pred
+    reg_targets = torch.ones(n, r, 4) if reg_targets is None else reg_targets
+    return fcos_losses(logits=logits, reg_pred=reg_pred, ctr_logits=torch.zeros(n, r),
+                       labels=labels, reg_targets=reg_targets, num_classes=K,
+                       focal_alpha=0.25, focal_gamma=2.0, loc_loss_type=loss_type)
+
+
+def test_centerness_target_is_geometric_mean_of_side_ratios():
+    targets = torch.tensor([[1.0, 2.0, 3.0, 4.0], [5.0, 5.0, 5.0, 5.0]])
+    assert centerness_targets(targets).tolist() == pytest.approx([math.sqrt(1 / 6), 1.0])
+
+
+def test_iou_loss_uses_plus_one_smoothing():
+    pred, target = torch.tensor([[1.0, 1, 1, 1]]), torch.tensor([[2.0, 2, 2, 2]])
+    weight = torch.ones(1)
+    # pred area 4, target area 16, intersection 4, union 16 -> IoU (4 + 1) / (16 + 1)
+    assert iou_loss(pred, target, weight, "iou").item() == pytest.approx(-math.log(5 / 17))
+    assert iou_loss(pred, target, weight, "linear_iou").item() == pytest.approx(1 - 5 / 17)
+    # the enclosing box equals the target box: GIoU adds nothing
+    assert iou_loss(pred, target, weight, "giou").item() == pytest.approx(1 - 5 / 17)
+
+
+def test_giou_penalises_the_empty_part_of_the_enclosing_box():
+    pred, target = torch.tensor([[0.0, 1, 2, 1]]), torch.tensor([[2.0, 1, 0, 1]])
+    # pred spans x in [0, 2], target x in [-2, 0] (around the same point): intersection 0,
+    # union 8, enclosing 4 x 2 = 8 -> GIoU = 1/9 - 0.
+    loss = iou_loss(pred, target, torch.ones(1), "giou").item()
+    assert loss == pytest.approx(1 - 1 / 9, rel=1e-6)
+
+
+def test_unknown_box_loss_type_names_the_key():
+    with pytest.raises(ValueError, match="LOC_LOSS_TYPE.*'smooth_l1'"):
+        iou_loss(torch.ones(1, 4), torch.ones(1, 4), torch.ones(1), "smooth_l1")
+
+
+def test_zero_positives_give_finite_losses_and_zero_box_losses():
+    logits = torch.randn(2, 6, K, requires_grad=True)
+    losses = _losses(torch.full((2, 6), K), logits=logits)
+    assert losses["loss_fcos_loc"].item() == 0 and losses["loss_fcos_ctr"].item() == 0
+    expected = sigmoid_focal_loss(logits.detach().reshape(-1, K), torch.zeros(12, K),
+                                  reduction="sum")  # divided by max(0, 1) = 1
+    assert losses["loss_fcos_cls"].item() == pytest.approx(expected.item(), rel=1e-6)
+    sum(losses.values()).backward()
+    assert torch.isfinite(logits.grad).all()
+
+
+def test_one_worker_divides_by_positive_count_and_centerness_sum():
+    labels = torch.tensor([[0, K, 2, K]])
+    targets = torch.tensor([[[1.0, 2, 3, 4], [1, 1, 1, 1], [5, 5, 5, 5], [1, 1, 1, 1]]])
+    logits = torch.randn(1, 4, K)
+    losses = _losses(labels, logits=logits, reg_pred=targets, reg_targets=targets,
+                     loss_type="linear_iou")
+    one_hot = torch.zeros(4, K)
+    one_hot[0, 0] = one_hot[2, 2] = 1
+    focal = sigmoid_focal_loss(logits.reshape(-1, K), one_hot, reduction="sum")
+    assert losses["loss_fcos_cls"].item() == pytest.approx(focal.item() / 2, rel=1e-6)
+    # perfect boxes: linear IoU loss 0; centerness logits 0 -> BCE(0, c) = log 2 per positive
+    assert losses["loss_fcos_loc"].item() == pytest.approx(0, abs=1e-7)
+    assert losses["loss_fcos_ctr"].item() == pytest.approx(math.log(2), rel=1e-6)
+
+
+def test_mean_over_one_worker_is_the_value():
+    assert mean_over_workers(7.0) == 7.0

@@ -1,0 +1,67 @@
+"""Inference selection and decoding on small inputs computed by hand."""
+import math
+
+import pytest
+import torch
+
+from fcos_d2.postprocess import decode_boxes, postprocess_image, select_level_candidates
+
+
+def _logit(p: float) -> float:
+    return math.log(p / (1 - p))
+
+
+def test_decode_subtracts_left_top_and_adds_right_bottom():
+    boxes = decode_boxes(torch.tensor([[50.0, 40.0]]), torch.tensor([[10.0, 5.0, 20.0, 15.0]]))
+    assert boxes.tolist() == [[40, 35, 70, 55]]
+
+
+def test_threshold_applies_to_class_probability_before_centerness():
+    logits = torch.tensor([[_logit(0.06), _logit(0.04)]])  # one location, two classes
+    ctr = torch.tensor([_logit(0.01)])  # would sink 0.06 far below the threshold
+    boxes, scores, classes = select_level_candidates(
+        logits, torch.ones(1, 4), ctr, torch.tensor([[8.0, 8.0]]), score_thresh=0.05, topk=10)
+    assert classes.tolist() == [0]
+    assert scores.tolist() == pytest.approx([0.06 * 0.01])
+    assert boxes.tolist() == [[7, 7, 9, 9]]
+
+
+def test_topk_keeps_the_best_by_probability_times_centerness():
+    logits = torch.tensor([[_logit(0.9)], [_logit(0.5)], [_logit(0.6)]])
+    ctr = torch.tensor([_logit(0.1), _logit(0.9), _logit(0.9)])  # products .09, .45, .54
+    locations = torch.tensor([[0.0, 0.0], [100.0, 0.0], [200.0, 0.0]])
+    _, scores, _ = select_level_candidates(logits, torch.ones(3, 4), ctr, locations,
+                                           score_thresh=0.05, topk=2)
+    assert sorted(scores.tolist()) == pytest.approx([0.45, 0.54])
+
+
+def _image(logits, ltrb, ctr, locations, **kwargs):
+    options = dict(score_thresh=0.05, topk_candidates=100, nms_thresh=0.6, max_detections=100)
+    options.update(kwargs)
+    return postprocess_image([torch.tensor(logits)], [torch.tensor(ltrb)], [torch.tensor(ctr)],
+                             [torch.tensor(locations)], (100, 100), **options)
+
+
+def test_final_score_is_sqrt_and_nms_is_class_wise():
+    # Two near-identical boxes of class 0 and one of class 1 at the same place.
+    logits = [[_logit(0.8), -20.0], [_logit(0.5), -20.0], [-20.0, _logit(0.4)]]
+    ltrb = [[10.0, 10, 10, 10], [10, 10, 11, 10], [10, 10, 10, 10]]
+    ctr = [_logit(0.5)] * 3
+    locations = [[50.0, 50.0], [50.0, 50.0], [50.0, 50.0]]
+    result = _image(logits, ltrb, ctr, locations)
+    assert result.pred_classes.tolist() == [0, 1]
+    assert result.scores.tolist() == pytest.approx([math.sqrt(0.4), math.sqrt(0.2)])
+
+
+def test_boxes_are_clipped_to_the_image_and_cut_to_max_detections():
+    logits = [[_logit(0.9)], [_logit(0.7)]]
+    ltrb = [[30.0, 30, 30, 30], [5.0, 5, 5, 5]]
+    locations = [[90.0, 10.0], [20.0, 20.0]]
+    result = _image(logits, ltrb, [0.0, 0.0], locations, max_detections=1)
+    assert len(result) == 1
+    assert result.pred_boxes.tensor.tolist() == [[60, 0, 100, 40]]
+
+
+def test_no_candidates_give_an_empty_result():
+    result = _image([[-20.0]], [[1.0, 1, 1, 1]], [0.0], [[5.0, 5.0]])
+    assert len(result) == 0 and result.pred_boxes.tensor.shape == (0, 4)
