@@ -12,7 +12,6 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from detectron2.utils import comm
 from torch import Tensor
-from torchvision.ops import sigmoid_focal_loss
 
 LOC_LOSS_TYPES = ("iou", "linear_iou", "giou")
 
@@ -53,6 +52,23 @@ def iou_loss(pred: Tensor, target: Tensor, weight: Tensor, loss_type: str) -> Te
     if weight.sum() > 0:
         return (losses * weight).sum()
     return losses.sum()
+
+
+def sigmoid_focal_loss_sparse(logits: Tensor, labels: Tensor, *, alpha: float,
+                              gamma: float) -> Tensor:
+    """Summed sigmoid focal loss of (P, K) logits against (P,) labels in [0, K] (K: none).
+
+    Equal to the focal loss against one-hot targets, computed without building them: every
+    entry first counts as a negative, then the P' positive entries are corrected. The
+    negative term -(1 - alpha) p^gamma log(1 - p) uses log(1 - p) = -softplus(x).
+    """
+    probs = logits.sigmoid()
+    negative = (1 - alpha) * probs.pow(gamma) * F.softplus(logits)  # (P, K)
+    rows = (labels < logits.shape[1]).nonzero(as_tuple=True)[0]  # (P',)
+    x = logits[rows, labels[rows]]  # (P',)
+    p = probs[rows, labels[rows]]
+    positive = alpha * (1 - p).pow(gamma) * F.softplus(-x)
+    return negative.sum() + (positive - negative[rows, labels[rows]]).sum()
 
 
 def mean_over_workers(value: float) -> float:
@@ -96,9 +112,8 @@ def fcos_losses(
     labels = labels.reshape(-1)  # (N * R,)
     positive = labels < num_classes
     num_positives = mean_over_workers(float(positive.sum().item()))
-    one_hot = F.one_hot(labels, num_classes + 1)[:, :num_classes].to(logits.dtype)
-    loss_cls = sigmoid_focal_loss(logits.reshape(-1, num_classes), one_hot, alpha=focal_alpha,
-                                  gamma=focal_gamma, reduction="sum")
+    loss_cls = sigmoid_focal_loss_sparse(logits.reshape(-1, num_classes), labels,
+                                         alpha=focal_alpha, gamma=focal_gamma)
     reg_pred = reg_pred.reshape(-1, 4)[positive]  # (P, 4)
     ctr_logits = ctr_logits.reshape(-1)[positive]  # (P,)
     reg_targets = reg_targets.reshape(-1, 4)[positive]  # (P, 4)

@@ -76,3 +76,17 @@ def test_one_worker_divides_by_positive_count_and_centerness_sum():
 
 def test_mean_over_one_worker_is_the_value():
     assert mean_over_workers(7.0) == 7.0
+
+
+@pytest.mark.parametrize("gamma", [2.0, 1.5, 0.0])
+def test_sparse_focal_loss_equals_torchvision_focal_loss_on_one_hot_targets(gamma):
+    from fcos_d2.losses import sigmoid_focal_loss_sparse
+
+    torch.manual_seed(0)
+    logits = torch.randn(50, K) * 4
+    labels = torch.randint(0, K + 1, (50,))  # K = background
+    one_hot = torch.zeros(50, K)
+    one_hot[labels < K, labels[labels < K]] = 1
+    expected = sigmoid_focal_loss(logits, one_hot, alpha=0.25, gamma=gamma, reduction="sum")
+    ours = sigmoid_focal_loss_sparse(logits, labels, alpha=0.25, gamma=gamma)
+    assert ours.item() == pytest.approx(expected.item(), rel=1e-5)
