@@ -1,0 +1,29 @@
+"""Datasets: the built-in synthetic shapes set and custom COCO-format datasets.
+
+Importing this package registers ``synthetic_shapes_train`` and ``synthetic_shapes_val``
+with detectron2 (nothing is generated until they are first loaded or prepared).
+"""
+from . import synthetic
+from .register import check_num_classes, register_coco_dataset
+from .synthetic import ensure_synthetic_shapes
+
+# Side effect: registers the synthetic names; skips names already registered, so a second
+# import (or a reload) is harmless.
+synthetic.register_synthetic_shapes()
+
+__all__ = ["check_num_classes", "ensure_synthetic_shapes", "prepare_dataset",
+           "register_coco_dataset"]
+
+
+def prepare_dataset(name: str) -> None:
+    """Makes sure the files of dataset `name` exist before anything reads them.
+
+    Generates the synthetic shapes split when `name` is one of ours (``COCOEvaluator``
+    reads ``json_file`` when it is built, before any data is loaded); does nothing for any
+    other name.
+
+    Args:
+        name: a registered dataset name, e.g. ``"synthetic_shapes_val"``.
+    """
+    if name in synthetic.DATASET_SPLITS:
+        synthetic.prepare_synthetic_shapes(name)
