@@ -8,5 +8,9 @@ from .head import FCOSHead
 from .backbone import build_fcos_resnet_fpn_backbone  # noqa: E402
 from .meta_arch import FCOS  # noqa: E402
 
+# Side effect: registers the built-in datasets synthetic_shapes_{train,val} (generated on
+# first use, not at import).
+from . import data  # noqa: E402,F401
+
 __version__ = "0.1.0"
 __all__ = ["add_fcos_config", "build_fcos_resnet_fpn_backbone", "FCOS", "FCOSHead"]
