@@ -1,0 +1,129 @@
+"""Human-readable reports of COCO box evaluations.
+
+``append_summaries`` appends one block per evaluated dataset to
+``<output_dir>/inference/<dataset>/summary.txt``, so that a training run leaves the history
+of its evaluations in one small file. ``expected_results_verdict`` states in one line whether
+``TEST.EXPECTED_RESULTS`` holds, by the rule of detectron2's ``verify_results``.
+"""
+import datetime
+import math
+import os
+from typing import Mapping, Optional, Sequence
+
+from detectron2.utils.events import get_event_storage
+from detectron2.utils.file_io import PathManager
+
+__all__ = ["SUMMARY_METRICS", "append_summaries", "append_summary", "expected_results_verdict",
+           "format_summary", "iterations_trained", "summary_path"]
+
+# The COCO box metrics of a summary, in COCOEvaluator's names and order.
+SUMMARY_METRICS = ("AP", "AP50", "AP75", "APs", "APm", "APl")
+
+
+def summary_path(output_dir: str, dataset_name: str) -> str:
+    """Where the summaries of ``dataset_name`` go: next to COCOEvaluator's output."""
+    return os.path.join(output_dir, "inference", dataset_name, "summary.txt")
+
+
+def format_summary(dataset_name: str, bbox_results: Mapping[str, float],
+                   iterations: Optional[int], time: Optional[datetime.datetime] = None) -> str:
+    """Formats one evaluation as a block of text.
+
+    Args:
+        dataset_name: the evaluated dataset.
+        bbox_results: COCOEvaluator's ``results["bbox"]``: the metrics of
+            ``SUMMARY_METRICS`` and "AP-<class name>" per category, in percent.
+        iterations: training iterations the evaluated weights had; None if unknown.
+        time: the time stamp of the block; now if None.
+
+    Returns:
+        The block, ending with an empty line. Missing or NaN metrics read "nan".
+    """
+    time = time or datetime.datetime.now()
+    done = "unknown" if iterations is None else str(iterations)
+    lines = [f"== {dataset_name} | iterations trained: {done} | "
+             f"{time:%Y-%m-%d %H:%M:%S} ==",
+             "  " + " ".join(f"{name:>6}" for name in SUMMARY_METRICS),
+             "  " + " ".join(_number(bbox_results.get(name)) for name in SUMMARY_METRICS)]
+    per_category = [(key[len("AP-"):], value) for key, value in bbox_results.items()
+                    if key.startswith("AP-")]
+    if per_category:
+        width = max(len(name) for name, _ in per_category)
+        lines.append("  AP per category:")
+        lines += [f"    {name:<{width}} {_number(value)}" for name, value in per_category]
+    return "\n".join(lines) + "\n\n"
+
+
+def append_summary(output_dir: str, dataset_name: str, bbox_results: Mapping[str, float],
+                   iterations: Optional[int]) -> str:
+    """Appends ``format_summary(...)`` to ``summary_path(output_dir, dataset_name)``.
+
+    Returns:
+        The path of the summary file.
+    """
+    path = summary_path(output_dir, dataset_name)
+    PathManager.mkdirs(os.path.dirname(path))
+    with PathManager.open(path, "a") as f:
+        f.write(format_summary(dataset_name, bbox_results, iterations))
+    return path
+
+
+def append_summaries(output_dir: str, dataset_names: Sequence[str], results: Mapping,
+                     iterations: Optional[int]) -> None:
+    """``append_summary`` for each dataset of ``DefaultTrainer.test``'s results that has
+    "bbox" results.
+
+    Args:
+        output_dir: the run's output folder.
+        dataset_names: the evaluated datasets (``DATASETS.TEST``), in order.
+        results: dataset -> task -> metrics; for a single dataset, task -> metrics, as
+            ``DefaultTrainer.test`` returns it then.
+        iterations: training iterations the evaluated weights had; None if unknown.
+    """
+    per_dataset = {dataset_names[0]: results} if len(dataset_names) == 1 else results
+    for name, result in per_dataset.items():
+        if "bbox" in result:
+            append_summary(output_dir, name, result["bbox"], iterations)
+
+
+def iterations_trained(max_iter: int) -> Optional[int]:
+    """How many iterations the running training has done, or None outside training.
+
+    Args:
+        max_iter: the training's iteration count (``SOLVER.MAX_ITER``).
+    """
+    try:
+        storage = get_event_storage()
+    except AssertionError:  # no EventStorage, so no training loop (e.g. --eval-only)
+        return None
+    # Periodic evaluations run after iteration storage.iter (0-based); the final one runs
+    # after training, when storage.iter is max_iter.
+    return min(storage.iter + 1, max_iter)
+
+
+def expected_results_verdict(expected_results: Sequence[Sequence], results: Mapping) -> str:
+    """One PASS/FAIL line for ``TEST.EXPECTED_RESULTS``, by ``verify_results``' rule.
+
+    Args:
+        expected_results: (task, metric, expected value, tolerance) tuples.
+        results: task -> {metric -> value}, as ``DefaultTrainer.test`` returns for one
+            dataset.
+
+    Returns:
+        "TEST.EXPECTED_RESULTS: PASS" or "...: FAIL", then every check with its value.
+        A metric passes when it is present, finite and within the tolerance.
+    """
+    checks, ok = [], True
+    for task, metric, expected, tolerance in expected_results:
+        actual = results.get(task, {}).get(metric)
+        passed = (actual is not None and math.isfinite(actual)
+                  and abs(actual - expected) <= tolerance)
+        ok &= passed
+        got = "missing" if actual is None else f"{actual:.4f}"
+        checks.append(f"{task}/{metric} = {got} (expected {expected} +- {tolerance})"
+                      f"{'' if passed else ' <- out of range'}")
+    return f"TEST.EXPECTED_RESULTS: {'PASS' if ok else 'FAIL'}: " + "; ".join(checks)
+
+
+def _number(value: Optional[float]) -> str:
+    return f"{float('nan') if value is None else value:6.2f}"

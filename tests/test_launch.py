@@ -1,0 +1,81 @@
+"""fcos_d2.launch: one process, spawned CPU workers over gloo, and workers started by torchrun."""
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+from detectron2.engine import defaults
+from detectron2.utils import comm
+
+from fcos_d2.launch import launch
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def report_worker(folder: str) -> None:
+    """Writes what this worker sees to <folder>/<rank>.json; fails if called twice."""
+    ddp = defaults.create_ddp_model(torch.nn.Linear(2, 2), broadcast_buffers=False)
+    report = {"rank": comm.get_rank(), "world_size": comm.get_world_size(),
+              "local_rank": comm.get_local_rank(), "local_size": comm.get_local_size(),
+              "backend": dist.get_backend(), "ddp": type(ddp).__name__}
+    with open(Path(folder) / f"{comm.get_rank()}.json", "x") as f:
+        json.dump(report, f)
+
+
+def reports(folder: Path):
+    return sorted((json.loads(p.read_text()) for p in folder.glob("*.json")),
+                  key=lambda r: r["rank"])
+
+
+def expected_reports(world_size: int):
+    return [{"rank": r, "world_size": world_size, "local_rank": r, "local_size": world_size,
+             "backend": "gloo", "ddp": "DistributedDataParallel"} for r in range(world_size)]
+
+
+@pytest.fixture
+def cpu_only():
+    if torch.cuda.is_available():
+        pytest.skip("CPU workers are spawned only where CUDA is not available")
+
+
+def test_one_process_runs_main_here_without_a_process_group():
+    calls = []
+    launch(lambda x: calls.append((x, dist.is_initialized())), 1, args=("x",))
+    assert calls == [("x", False)]
+
+
+def test_cpu_workers_form_one_gloo_group_and_defaulttrainer_can_wrap_cpu_models(tmp_path,
+                                                                                cpu_only):
+    launch(report_worker, 2, dist_url="auto", args=(str(tmp_path),))
+    assert reports(tmp_path) == expected_reports(2)
+
+
+def test_auto_dist_url_is_refused_for_several_machines(cpu_only):
+    with pytest.raises(ValueError, match="2 machines needs an explicit tcp://HOST:PORT"):
+        launch(report_worker, 2, num_machines=2, dist_url="auto")
+
+
+def test_under_torchrun_each_process_joins_the_job_and_runs_main_once(tmp_path, cpu_only):
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        import fcos_d2
+        from fcos_d2.launch import launch
+        from test_launch import report_worker
+
+        if __name__ == "__main__":
+            # torchrun's environment decides the number of workers, not this 8
+            launch(report_worker, 8, dist_url="auto", args=(sys.argv[1],))
+    """))
+    (tmp_path / "reports").mkdir()
+    run = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         str(script), str(tmp_path / "reports")],
+        cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stderr[-5000:]
+    assert reports(tmp_path / "reports") == expected_reports(2)

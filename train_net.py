@@ -1,0 +1,137 @@
+#!/usr/bin/env python
+"""Trains and evaluates FCOS with detectron2's DefaultTrainer.
+
+    python train_net.py --config-file configs/FCOS-R50.yaml --num-gpus 8
+    python train_net.py --config-file configs/FCOS-R50.yaml --eval-only MODEL.WEIGHTS model.pth
+    torchrun --nproc-per-node 8 train_net.py --config-file configs/FCOS-R50.yaml
+
+Every evaluation appends a block to OUTPUT_DIR/inference/<dataset>/summary.txt.
+"""
+import logging
+import os
+
+import fcos_d2  # noqa: F401  (first: detectron2 v0.6 shims; registers FCOS and datasets)
+import torch
+from detectron2.checkpoint import DetectionCheckpointer
+from detectron2.config import get_cfg
+from detectron2.data import MetadataCatalog
+from detectron2.engine import DefaultTrainer, default_argument_parser, default_setup, hooks
+from detectron2.evaluation import COCOEvaluator, verify_results
+from detectron2.utils import comm
+from detectron2.utils.logger import setup_logger
+from torch.nn.parallel import DistributedDataParallel
+
+from fcos_d2 import add_fcos_config, compat
+from fcos_d2.data import prepare_dataset
+from fcos_d2.data.register import check_num_classes, register_coco_dataset
+from fcos_d2.evaluation import append_summaries, expected_results_verdict, iterations_trained
+from fcos_d2.launch import launch
+from fcos_d2.visualization import save_loader_predictions
+
+logger = logging.getLogger("fcos_d2")
+
+
+class Trainer(DefaultTrainer):
+    """DefaultTrainer with COCO box evaluation, a summary.txt per evaluation, and
+    optionally no evaluation after the last iteration (``skip_final_eval``)."""
+
+    def __init__(self, cfg, skip_final_eval: bool = False):
+        self.skip_final_eval = skip_final_eval  # read by build_hooks, in super().__init__
+        super().__init__(cfg)
+
+    @classmethod
+    def build_evaluator(cls, cfg, dataset_name):
+        prepare_dataset(dataset_name)
+        # Without detectron2's C++ extension, COCOEvaluator must use pycocotools' COCOeval.
+        return COCOEvaluator(dataset_name, tasks=("bbox",), use_fast_impl=compat.HAS_D2_EXTENSION,
+                             output_dir=os.path.join(cfg.OUTPUT_DIR, "inference", dataset_name))
+
+    @classmethod
+    def test(cls, cfg, model, evaluators=None, iterations=None):
+        """DefaultTrainer.test, then a summary.txt block per dataset and the verdict on
+        TEST.EXPECTED_RESULTS. ``iterations``: of the weights; None: of the running training."""
+        results = super().test(cfg, model, evaluators)
+        if comm.is_main_process():
+            if iterations is None:
+                iterations = iterations_trained(cfg.SOLVER.MAX_ITER)
+            append_summaries(cfg.OUTPUT_DIR, cfg.DATASETS.TEST, results, iterations)
+            if cfg.TEST.EXPECTED_RESULTS:
+                logger.info(expected_results_verdict(cfg.TEST.EXPECTED_RESULTS, results))
+        return results
+
+    def build_hooks(self):
+        hook_list = super().build_hooks()
+        if self.skip_final_eval:  # the same evaluation, from a hook that skips after_train
+            eval_hook = next(h for h in hook_list if isinstance(h, hooks.EvalHook))
+            hook_list[hook_list.index(eval_hook)] = _PeriodicEvalHook(
+                self.cfg.TEST.EVAL_PERIOD, eval_hook._func)
+        return hook_list
+
+
+class _PeriodicEvalHook(hooks.EvalHook):
+    """EvalHook without the evaluation after the last iteration (--skip-test)."""
+
+    def after_train(self):
+        pass
+
+
+def setup(args):
+    cfg = get_cfg()
+    add_fcos_config(cfg)
+    cfg.merge_from_file(args.config_file)
+    cfg.merge_from_list(args.opts)
+    to_cpu = cfg.MODEL.DEVICE.startswith("cuda") and not torch.cuda.is_available()
+    if to_cpu:
+        cfg.MODEL.DEVICE, cfg.SOLVER.AMP.ENABLED = "cpu", False  # detectron2's AMP needs CUDA
+    for name, json_file, image_root in args.register_coco:
+        register_coco_dataset(name, json_file, image_root)
+    check_num_classes([*cfg.DATASETS.TRAIN, *cfg.DATASETS.TEST], cfg.MODEL.FCOS.NUM_CLASSES)
+    cfg.freeze()
+    default_setup(cfg, args)
+    setup_logger(cfg.OUTPUT_DIR, distributed_rank=comm.get_rank(), name="fcos_d2")
+    if to_cpu:
+        logger.warning("CUDA is not available: running on the CPU (MODEL.DEVICE cpu, no AMP).")
+    return cfg
+
+
+def main(args):
+    cfg = setup(args)
+    if args.eval_only:
+        model = Trainer.build_model(cfg)
+        checkpoint = DetectionCheckpointer(model, save_dir=cfg.OUTPUT_DIR).resume_or_load(
+            cfg.MODEL.WEIGHTS, resume=args.resume)
+        iteration = checkpoint.get("iteration")  # the 0-based iteration the weights are from
+        results = Trainer.test(cfg, model, iterations=None if iteration is None else iteration + 1)
+        if comm.is_main_process():
+            verify_results(cfg, results)
+    else:
+        trainer = Trainer(cfg, skip_final_eval=args.skip_test)
+        trainer.resume_or_load(resume=args.resume)
+        results, model = trainer.train(), trainer.model
+    if args.vis_val and comm.is_main_process():
+        model = model.module if isinstance(model, DistributedDataParallel) else model
+        name = cfg.DATASETS.TEST[0]
+        folder = os.path.join(cfg.OUTPUT_DIR, "inference", name, "predictions")
+        save_loader_predictions(model, Trainer.build_test_loader(cfg, name),
+                                MetadataCatalog.get(name), folder, max_images=args.vis_val)
+    return results
+
+
+def argument_parser():
+    parser = default_argument_parser()
+    parser.add_argument("--skip-test", action="store_true",
+                        help="do not evaluate after the last iteration (periodic evaluations stay)")
+    parser.add_argument("--register-coco", nargs=3, action="append", default=[],
+                        metavar=("NAME", "ANNOTATIONS.json", "IMAGE_DIR"),
+                        help="register a COCO-format dataset under NAME (repeatable)")
+    parser.add_argument("--vis-val", type=int, default=0, metavar="N",
+                        help="save pictures and JSON of predictions on the first N images of "
+                             "DATASETS.TEST[0] to OUTPUT_DIR/inference/<dataset>/predictions")
+    return parser
+
+
+if __name__ == "__main__":
+    args = argument_parser().parse_args()
+    print("Command Line Args:", args)
+    launch(main, args.num_gpus, num_machines=args.num_machines, machine_rank=args.machine_rank,
+           dist_url=args.dist_url, args=(args,))
