@@ -22,7 +22,7 @@ test: setup
 	$(PY) -m pytest -q tests
 
 quickstart: setup
-	$(PY) train_net.py --config-file configs/quickstart.yaml --num-gpus 1 OUTPUT_DIR output/quickstart
+	$(PY) train_net.py --config-file configs/quickstart.yaml --num-gpus 1 --vis-val 8 OUTPUT_DIR output/quickstart
 
 benchmark: setup
 	$(PY) tools/benchmark.py

@@ -61,7 +61,8 @@ class Trainer(DefaultTrainer):
 
     def build_hooks(self):
         hook_list = super().build_hooks()
-        if self.skip_final_eval:  # the same evaluation, from a hook that skips after_train
+        if self.skip_final_eval:  # the same evaluation function (EvalHook._func in v0.6 and
+            # main), in a hook that skips the evaluation after the last iteration
             eval_hook = next(h for h in hook_list if isinstance(h, hooks.EvalHook))
             hook_list[hook_list.index(eval_hook)] = _PeriodicEvalHook(
                 self.cfg.TEST.EVAL_PERIOD, eval_hook._func)
@@ -80,17 +81,20 @@ def setup(args):
     add_fcos_config(cfg)
     cfg.merge_from_file(args.config_file)
     cfg.merge_from_list(args.opts)
-    to_cpu = cfg.MODEL.DEVICE.startswith("cuda") and not torch.cuda.is_available()
-    if to_cpu:
-        cfg.MODEL.DEVICE, cfg.SOLVER.AMP.ENABLED = "cpu", False  # detectron2's AMP needs CUDA
+    fallback = ""
+    if cfg.MODEL.DEVICE.startswith("cuda") and not torch.cuda.is_available():
+        fallback = f"CUDA is not available: MODEL.DEVICE {cfg.MODEL.DEVICE} -> cpu"
+        if cfg.SOLVER.AMP.ENABLED:
+            fallback += ", SOLVER.AMP.ENABLED -> False (detectron2's AMP needs CUDA)"
+        cfg.MODEL.DEVICE, cfg.SOLVER.AMP.ENABLED = "cpu", False
     for name, json_file, image_root in args.register_coco:
         register_coco_dataset(name, json_file, image_root)
     check_num_classes([*cfg.DATASETS.TRAIN, *cfg.DATASETS.TEST], cfg.MODEL.FCOS.NUM_CLASSES)
     cfg.freeze()
     default_setup(cfg, args)
     setup_logger(cfg.OUTPUT_DIR, distributed_rank=comm.get_rank(), name="fcos_d2")
-    if to_cpu:
-        logger.warning("CUDA is not available: running on the CPU (MODEL.DEVICE cpu, no AMP).")
+    if fallback:
+        logger.warning(fallback)
     return cfg
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from fcos_d2.data import synthetic
 
@@ -22,7 +23,7 @@ TINY_MODEL = ["MODEL.FPN.OUT_CHANNELS", "64", "MODEL.FCOS.NUM_CONVS", "1",
               "MODEL.FCOS.INFERENCE_TH_TEST", "0.0", "MODEL.FCOS.PRE_NMS_TOPK_TEST", "50",
               "SOLVER.IMS_PER_BATCH", "2", "SOLVER.WARMUP_ITERS", "1",
               "DATALOADER.NUM_WORKERS", "0", "DATASETS.TRAIN", "('tiny',)",
-              "DATASETS.TEST", "('tiny',)", "MODEL.DEVICE", "cpu"]
+              "DATASETS.TEST", "('tiny',)"]
 
 
 def train_net(dataset: Path, output: Path, *opts: str, flags=()) -> subprocess.CompletedProcess:
@@ -102,6 +103,13 @@ def test_training_writes_checkpoints_metrics_and_a_summary_per_evaluation(first_
         assert f"\n    {name} " in summary
 
 
+def test_without_cuda_the_run_falls_back_to_the_cpu_with_a_warning(first_run, output):
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here: nothing to fall back from")
+    assert "CUDA is not available: MODEL.DEVICE cuda -> cpu" in first_run.stdout
+    assert yaml.safe_load((output / "config.yaml").read_text())["MODEL"]["DEVICE"] == "cpu"
+
+
 def test_vis_val_saves_pictures_and_detections_of_validation_images(first_run, output):
     saved = sorted(p.name for p in (output / "inference" / "tiny" / "predictions").iterdir())
     assert saved == ["000000.json", "000000.png", "000001.json", "000001.png"]
@@ -135,3 +143,12 @@ def test_num_classes_that_differs_from_the_dataset_is_refused_naming_both(datase
     assert ("dataset 'tiny' has 6 classes but MODEL.FCOS.NUM_CLASSES is 3"
             in run.stderr.strip().splitlines()[-1])
     assert not os.path.exists(tmp_path / "config.yaml")  # refused before anything is written
+
+
+def test_two_cpu_workers_train_and_evaluate_together(dataset, tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("--num-gpus 2 starts CPU workers only where CUDA is not available")
+    run = succeeded(train_net(dataset, tmp_path, "SOLVER.MAX_ITER", "2", "TEST.EVAL_PERIOD", "0",
+                              flags=["--num-gpus", "2", "--dist-url", "auto"]))
+    assert "Rank of current process: 0. World size: 2" in run.stdout
+    assert summary_iterations(tmp_path) == [2]  # written once, by the main worker
