@@ -13,7 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from .assignment import compute_locations
-from .meta_arch import FCOS
+from .meta_arch import FCOS, _flatten_levels
 from .postprocess import decode_boxes
 
 
@@ -43,10 +43,8 @@ class FCOSDenseOutputs(nn.Module):
             _Padded((images - model.pixel_mean) / model.pixel_std))
         locations = torch.cat(compute_locations([x.shape[-2:] for x in logits], model.strides,
                                                 images.device))  # (R, 2)
-        if model.norm_reg_targets:
-            regression = [r * s for r, s in zip(regression, model.strides)]
-        flat = lambda outputs: torch.cat([x.flatten(2) for x in outputs], dim=2).transpose(1, 2)
-        logits, regression, centerness = flat(logits), flat(regression), flat(centerness)
+        logits, regression, centerness = map(
+            _flatten_levels, (logits, model.regression_in_pixels(regression), centerness))
         boxes = decode_boxes(locations.expand(len(images), -1, -1).reshape(-1, 2),
                              regression.reshape(-1, 4)).reshape(len(images), -1, 4)
         scores = torch.sqrt(logits.sigmoid() * centerness.sigmoid())  # (N, R, K)

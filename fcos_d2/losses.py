@@ -5,7 +5,7 @@ The normalisers follow the official FCOS: the positive count and the sum of cent
 targets are summed over all workers and divided by the number of workers, so that every
 worker divides by the same number and gradients average correctly under DDP.
 """
-from typing import Dict
+from typing import Dict, List, Sequence
 
 import torch
 import torch.distributed as dist
@@ -71,15 +71,21 @@ def sigmoid_focal_loss_sparse(logits: Tensor, labels: Tensor, *, alpha: float,
     return negative.sum() + (positive - negative[rows, labels[rows]]).sum()
 
 
-def mean_over_workers(value: float) -> float:
-    """Sum of ``value`` over all workers divided by the number of workers."""
+def means_over_workers(values: Sequence[float]) -> List[float]:
+    """Each value summed over all workers and divided by the number of workers, in one
+    all-reduce."""
     world_size = comm.get_world_size()
     if world_size == 1:
-        return value
-    total = torch.tensor([value], dtype=torch.float64,
+        return list(values)
+    total = torch.tensor(values, dtype=torch.float64,
                          device="cuda" if dist.get_backend() == "nccl" else "cpu")
     dist.all_reduce(total)
-    return total.item() / world_size
+    return (total / world_size).tolist()
+
+
+def mean_over_workers(value: float) -> float:
+    """Sum of ``value`` over all workers divided by the number of workers."""
+    return means_over_workers([value])[0]
 
 
 def fcos_losses(
@@ -111,15 +117,15 @@ def fcos_losses(
     """
     labels = labels.reshape(-1)  # (N * R,)
     positive = labels < num_classes
-    num_positives = mean_over_workers(float(positive.sum().item()))
     loss_cls = sigmoid_focal_loss_sparse(logits.reshape(-1, num_classes), labels,
                                          alpha=focal_alpha, gamma=focal_gamma)
     reg_pred = reg_pred.reshape(-1, 4)[positive]  # (P, 4)
     ctr_logits = ctr_logits.reshape(-1)[positive]  # (P,)
     reg_targets = reg_targets.reshape(-1, 4)[positive]  # (P, 4)
     ctr_targets = centerness_targets(reg_targets)
-    # Every worker must take part in the reduction, also one without positives.
-    ctr_target_sum = mean_over_workers(float(ctr_targets.sum().item()))
+    # One reduction for both normalisers; every worker takes part, also one without positives.
+    num_positives, ctr_target_sum = means_over_workers(
+        [float(len(ctr_targets)), float(ctr_targets.sum().item())])
     if len(ctr_targets) > 0:
         loss_loc = iou_loss(reg_pred, reg_targets, ctr_targets, loc_loss_type) / ctr_target_sum
         loss_ctr = F.binary_cross_entropy_with_logits(ctr_logits, ctr_targets, reduction="sum")

@@ -123,6 +123,13 @@ class FCOS(nn.Module):
         features = self.backbone(images.tensor)
         return self.head([features[f] for f in self.head_in_features])
 
+    def regression_in_pixels(self, regression: List[Tensor]) -> List[Tensor]:
+        """The head's per-level (l, t, r, b) in pixels (it predicts stride units when
+        ``norm_reg_targets``)."""
+        if not self.norm_reg_targets:
+            return regression
+        return [r * s for r, s in zip(regression, self.strides)]
+
     def forward(self, batched_inputs: List[Dict]):
         images = self.preprocess_image(batched_inputs)
         logits, regression, centerness = self.forward_head(images)
@@ -157,8 +164,7 @@ class FCOS(nn.Module):
                   logits: List[Tensor], regression: List[Tensor],
                   centerness: List[Tensor]) -> List[Instances]:
         """Per image detections in the (unpadded) input size."""
-        if self.norm_reg_targets:  # stride units -> pixels
-            regression = [r * s for r, s in zip(regression, self.strides)]
+        regression = self.regression_in_pixels(regression)
         per_level = lambda outputs: [x.flatten(2).transpose(1, 2) for x in outputs]  # (N, HiWi, C)
         logits, regression, centerness = map(per_level, (logits, regression, centerness))
         return [

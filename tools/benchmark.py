@@ -127,7 +127,7 @@ def bench_inference(repeats: int) -> None:
         t_post = median_seconds(ours, repeats)
         candidates = sum(int((x.sigmoid() > 0.05).sum()) for x in logits)
         tv = torchvision_fcos()
-        pixels = [r * s for r, s in zip(reg, model.strides)]
+        pixels = model.regression_in_pixels(reg)
         split = {"cls_logits": [x.flatten(2).transpose(1, 2) for x in logits],
                  "bbox_regression": [x.flatten(2).transpose(1, 2) for x in pixels],
                  "bbox_ctrness": [x.flatten(2).transpose(1, 2) for x in ctr]}
