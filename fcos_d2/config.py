@@ -52,9 +52,38 @@ def add_fcos_config(cfg: CN) -> None:
     _C.NORM_REG_TARGETS = True
     # Predict centerness from the box tower (improved) instead of the classification tower.
     _C.CENTERNESS_ON_REG = True
+    # Activation that makes the box regression positive: "relu" (improved official),
+    # "exp" (original official), "softplus" (relu-like, but its gradient never vanishes),
+    # or "" for the official choice for the units: "relu" when NORM_REG_TARGETS, else
+    # "exp". A ReLU whose inputs all turn negative stops learning for good (torchvision's
+    # FCOS dies so on small data from scratch); softplus and exp cannot.
+    _C.REG_ACTIVATION = ""
+    # A learnable scale per level on the box regression (official; detectron2 drops it).
+    _C.USE_SCALE = True
+
+    # Loss normalisers. "num_pos" (official): the classification and centerness losses are
+    # divided by this batch's positives (mean over workers), the box loss by the sum of its
+    # weights. "ema": the same quantities, smoothed by an exponential moving average (as
+    # detectron2's FCOS and RetinaNet do), which steadies small batches with few objects.
+    _C.LOSS_NORMALIZER = "num_pos"
+    # "ema" only: the starting value (the EMA of the positives; the weight sum starts at the
+    # same value times the mean weight of the first batch) and the momentum.
+    _C.LOSS_NORMALIZER_EMA_INIT = 300.0
+    _C.LOSS_NORMALIZER_EMA_MOMENTUM = 0.9
+    # Weights of the box loss per positive: "centerness" (official: the centerness target,
+    # normalised by their sum) or "none" (every positive counts once, as in detectron2).
+    _C.LOC_LOSS_WEIGHTING = "centerness"
+    # Smoothing s of the IoU in the box loss, (intersection + s) / (union + s), in the
+    # regression's units (strides when NORM_REG_TARGETS). The official 1.0 is large next
+    # to small boxes measured in strides (a 10-px box at stride 8 has area 1.6): it flattens
+    # their loss. 0 computes the exact IoU, as detectron2 and torchvision do.
+    _C.IOU_LOSS_SMOOTH = 1.0
 
     # Inference.
-    # Candidates: class probability above this threshold (before centerness).
+    # Candidates: a score above INFERENCE_TH_TEST, where the score is the class probability
+    # ("probability", official, threshold 0.05) or the final score sqrt(probability *
+    # centerness) ("final_score", as detectron2 and torchvision, threshold 0.2 there).
+    _C.INFERENCE_TH_ON = "probability"
     _C.INFERENCE_TH_TEST = 0.05
     # Per level, keep at most this many (location, class) candidates before NMS.
     _C.PRE_NMS_TOPK_TEST = 1000

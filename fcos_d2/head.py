@@ -17,6 +17,7 @@ from torch.nn import functional as F
 from .layers import DeformConv2d, Scale
 
 NORMS = ("", "GN", "BN", "SyncBN")
+REG_ACTIVATIONS = ("relu", "exp", "softplus")
 
 
 def _tower(channels: int, num_convs: int, norm: str, deform_last: bool) -> nn.Sequential:
@@ -34,12 +35,19 @@ def _tower(channels: int, num_convs: int, norm: str, deform_last: bool) -> nn.Se
     return nn.Sequential(*layers)
 
 
+# relu: the improved official FCOS; exp: the original; softplus: relu-like but its gradient
+# never vanishes, so a regression pushed below zero recovers instead of dying.
+_ACTIVATIONS = {"relu": F.relu, "exp": torch.exp, "softplus": F.softplus}
+
+
 class FCOSHead(nn.Module):
     """Towers and predictors shared by all levels, with a learnable scale per level.
 
     Output contract, per level i: class logits (N, K, Hi, Wi); box regression (N, 4, Hi, Wi)
-    as (l, t, r, b), ``relu(scale_i * x)`` in units of the level's stride when
-    ``norm_reg_targets`` else ``exp(scale_i * x)`` in pixels; centerness logits (N, 1, Hi, Wi).
+    as (l, t, r, b), ``act(scale_i * x)`` in units of the level's stride when
+    ``norm_reg_targets`` else in pixels, where ``act`` is ``reg_activation`` (official:
+    relu in strides, exp in pixels) and ``scale_i`` is 1 without ``use_scale``; centerness
+    logits (N, 1, Hi, Wi).
     """
 
     @configurable
@@ -55,23 +63,31 @@ class FCOSHead(nn.Module):
         prior_prob: float = 0.01,
         norm_reg_targets: bool = True,
         centerness_on_reg: bool = True,
+        reg_activation: str = "",
+        use_scale: bool = True,
     ):
         super().__init__()
         if norm not in NORMS:
             raise ValueError(f"MODEL.FCOS.NORM: unknown '{norm}', expected one of {NORMS}")
+        reg_activation = reg_activation or ("relu" if norm_reg_targets else "exp")
+        if reg_activation not in REG_ACTIVATIONS:
+            raise ValueError(f"MODEL.FCOS.REG_ACTIVATION: unknown '{reg_activation}', expected "
+                             f"one of {REG_ACTIVATIONS} (or '' for the official choice)")
         channels = {s.channels for s in input_shape}
         if len(channels) != 1:
             raise ValueError(f"FCOS head needs the same channels on every level, got {channels}")
         channels = channels.pop()
         self.norm_reg_targets = norm_reg_targets
         self.centerness_on_reg = centerness_on_reg
+        self.reg_activation = reg_activation
         self.share_tower = _tower(channels, num_share_convs, norm, False)
         self.cls_tower = _tower(channels, num_convs, norm, use_deformable)
         self.bbox_tower = _tower(channels, num_convs, norm, use_deformable)
         self.cls_logits = nn.Conv2d(channels, num_classes, 3, padding=1)
         self.bbox_pred = nn.Conv2d(channels, 4, 3, padding=1)
         self.centerness = nn.Conv2d(channels, 1, 3, padding=1)
-        self.scales = nn.ModuleList([Scale(1.0) for _ in input_shape])
+        self.scales = nn.ModuleList([Scale(1.0) if use_scale else nn.Identity()
+                                     for _ in input_shape])
         self._init_weights(prior_prob)
 
     def _init_weights(self, prior_prob: float) -> None:
@@ -96,6 +112,8 @@ class FCOSHead(nn.Module):
             "prior_prob": fcos.PRIOR_PROB,
             "norm_reg_targets": fcos.NORM_REG_TARGETS,
             "centerness_on_reg": fcos.CENTERNESS_ON_REG,
+            "reg_activation": fcos.REG_ACTIVATION,
+            "use_scale": fcos.USE_SCALE,
         }
 
     def forward(self, features: List[Tensor]) -> Tuple[List[Tensor], List[Tensor], List[Tensor]]:
@@ -107,7 +125,7 @@ class FCOSHead(nn.Module):
             box_feature = self.bbox_tower(feature)
             logits.append(self.cls_logits(cls_feature))
             box = scale(self.bbox_pred(box_feature))
-            regression.append(F.relu(box) if self.norm_reg_targets else torch.exp(box))
+            regression.append(_ACTIVATIONS[self.reg_activation](box))
             ctr_feature = box_feature if self.centerness_on_reg else cls_feature
             centerness.append(self.centerness(ctr_feature))
         return logits, regression, centerness

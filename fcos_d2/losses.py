@@ -1,11 +1,13 @@
 """FCOS losses: sigmoid focal loss, IoU-family box loss, centerness BCE.
 
-Symbols: N images, R locations of all levels, K foreground classes (background is K).
+Symbols: N images, R locations of all levels, K foreground classes (background is K),
+P positive locations of the batch.
 The normalisers follow the official FCOS: the positive count and the sum of centerness
 targets are summed over all workers and divided by the number of workers, so that every
-worker divides by the same number and gradients average correctly under DDP.
+worker divides by the same number and gradients average correctly under DDP. An
+``EMANormaliser`` can smooth both over iterations (``MODEL.FCOS.LOSS_NORMALIZER "ema"``).
 """
-from typing import Dict, List, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
@@ -14,6 +16,9 @@ from detectron2.utils import comm
 from torch import Tensor
 
 LOC_LOSS_TYPES = ("iou", "linear_iou", "giou")
+LOC_LOSS_WEIGHTINGS = ("centerness", "none")
+LOSS_NORMALIZERS = ("num_pos", "ema")
+_EPS = 1e-7
 
 
 def centerness_targets(reg_targets: Tensor) -> Tensor:
@@ -25,12 +30,14 @@ def centerness_targets(reg_targets: Tensor) -> Tensor:
     return torch.sqrt(ratio)
 
 
-def iou_loss(pred: Tensor, target: Tensor, weight: Tensor, loss_type: str) -> Tensor:
+def iou_loss(pred: Tensor, target: Tensor, weight: Tensor, loss_type: str,
+             smooth: float = 1.0) -> Tensor:
     """Summed IoU-family loss between (P, 4) (l, t, r, b) distances from the same points.
 
-    IoU is smoothed as (intersection + 1) / (union + 1) and GIoU subtracts
-    (enclosing - union) / (enclosing + 1e-7), as in the official FCOS. ``weight`` (P,)
-    multiplies each term unless it sums to zero.
+    IoU is smoothed as (intersection + smooth) / (union + smooth) (official: smooth 1, in
+    the units of the distances) and GIoU subtracts (enclosing - union) / (enclosing + 1e-7),
+    as in the official FCOS. With ``smooth`` 0 the IoU is exact (1e-7 guards the division
+    and the log). ``weight`` (P,) multiplies each term unless it sums to zero.
     """
     if loss_type not in LOC_LOSS_TYPES:
         raise ValueError(f"MODEL.FCOS.LOC_LOSS_TYPE: unknown '{loss_type}', expected one of "
@@ -41,9 +48,9 @@ def iou_loss(pred: Tensor, target: Tensor, weight: Tensor, loss_type: str) -> Te
     outer = torch.maximum(pred, target)  # (P, 4)
     intersection = (inner[:, 0] + inner[:, 2]) * (inner[:, 1] + inner[:, 3])
     union = pred_area + target_area - intersection
-    iou = (intersection + 1.0) / (union + 1.0)
+    iou = (intersection + smooth) / (union + (smooth or _EPS))
     if loss_type == "iou":
-        losses = -torch.log(iou)
+        losses = -torch.log(iou.clamp(min=_EPS))
     elif loss_type == "linear_iou":
         losses = 1 - iou
     else:
@@ -88,6 +95,29 @@ def mean_over_workers(value: float) -> float:
     return means_over_workers([value])[0]
 
 
+class EMANormaliser:
+    """Exponential moving averages of the two loss normalisers (positives, box-loss weight
+    sum), as detectron2's dense detectors smooth theirs: ``new = m * old + (1 - m) * x``.
+
+    The positives start at ``initial``; the weight sum starts at ``initial`` times the
+    first batch's mean weight, so that both start equally far from their batch values.
+    Not saved in checkpoints (it forgets within ~1 / (1 - m) iterations).
+    """
+
+    def __init__(self, initial: float = 300.0, momentum: float = 0.9):
+        self.initial, self.momentum = initial, momentum
+        self.values: Optional[Tuple[float, float]] = None
+
+    def __call__(self, num_positives: float, weight_sum: float) -> Tuple[float, float]:
+        if self.values is None:
+            mean_weight = weight_sum / num_positives if num_positives > 0 else 1.0
+            self.values = (self.initial, self.initial * mean_weight)
+        m = self.momentum
+        self.values = tuple(m * old + (1 - m) * new
+                            for old, new in zip(self.values, (num_positives, weight_sum)))
+        return self.values
+
+
 def fcos_losses(
     *,
     logits: Tensor,
@@ -99,6 +129,9 @@ def fcos_losses(
     focal_alpha: float,
     focal_gamma: float,
     loc_loss_type: str,
+    loc_weighting: str = "centerness",
+    iou_smooth: float = 1.0,
+    normaliser: Optional[Callable[[float, float], Tuple[float, float]]] = None,
 ) -> Dict[str, Tensor]:
     """The three FCOS losses of one batch.
 
@@ -111,6 +144,12 @@ def fcos_losses(
         num_classes: K.
         focal_alpha, focal_gamma: focal loss parameters.
         loc_loss_type: "iou", "linear_iou" or "giou".
+        loc_weighting: box-loss weight of each positive: its centerness target
+            ("centerness", official) or 1 ("none").
+        iou_smooth: the IoU smoothing of :func:`iou_loss` (official: 1).
+        normaliser: maps the batch's (positives, box-loss weight sum), both averaged over
+            workers, to the divisors used; None uses them as they are (official), an
+            :class:`EMANormaliser` smooths them.
 
     Returns:
         ``loss_fcos_cls``, ``loss_fcos_loc`` and ``loss_fcos_ctr``, scalars.
@@ -123,17 +162,21 @@ def fcos_losses(
     ctr_logits = ctr_logits.reshape(-1)[positive]  # (P,)
     reg_targets = reg_targets.reshape(-1, 4)[positive]  # (P, 4)
     ctr_targets = centerness_targets(reg_targets)
+    loc_weights = ctr_targets if loc_weighting == "centerness" else torch.ones_like(ctr_targets)
     # One reduction for both normalisers; every worker takes part, also one without positives.
-    num_positives, ctr_target_sum = means_over_workers(
-        [float(len(ctr_targets)), float(ctr_targets.sum().item())])
+    num_positives, weight_sum = means_over_workers(
+        [float(len(ctr_targets)), float(loc_weights.sum().item())])
+    if normaliser is not None:
+        num_positives, weight_sum = normaliser(num_positives, weight_sum)
     if len(ctr_targets) > 0:
-        loss_loc = iou_loss(reg_pred, reg_targets, ctr_targets, loc_loss_type) / ctr_target_sum
+        loss_loc = iou_loss(reg_pred, reg_targets, loc_weights, loc_loss_type,
+                            iou_smooth) / weight_sum
         loss_ctr = F.binary_cross_entropy_with_logits(ctr_logits, ctr_targets, reduction="sum")
     else:  # zero, but keeps the graph connected so that DDP sees every parameter used
         loss_loc, loss_ctr = reg_pred.sum() * 0, ctr_logits.sum() * 0
-    normaliser = max(num_positives, 1.0)
+    num_positives = max(num_positives, 1.0)
     return {
-        "loss_fcos_cls": loss_cls / normaliser,
+        "loss_fcos_cls": loss_cls / num_positives,
         "loss_fcos_loc": loss_loc,
-        "loss_fcos_ctr": loss_ctr / normaliser,
+        "loss_fcos_ctr": loss_ctr / num_positives,
     }

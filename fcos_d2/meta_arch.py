@@ -15,8 +15,9 @@ from torch import Tensor, nn
 
 from .assignment import assign_targets, compute_locations, level_size_ranges
 from .head import FCOSHead
-from .losses import LOC_LOSS_TYPES, fcos_losses
-from .postprocess import postprocess_image
+from .losses import (LOC_LOSS_TYPES, LOC_LOSS_WEIGHTINGS, LOSS_NORMALIZERS, EMANormaliser,
+                     fcos_losses)
+from .postprocess import THRESHOLD_ON, postprocess_image
 
 
 def _flatten_levels(outputs: List[Tensor]) -> Tensor:
@@ -52,7 +53,12 @@ class FCOS(nn.Module):
         focal_loss_gamma: float = 2.0,
         loc_loss_type: str = "giou",
         norm_reg_targets: bool = True,
+        loss_normalizer: str = "num_pos",
+        loss_normalizer_ema: Tuple[float, float] = (300.0, 0.9),
+        loc_loss_weighting: str = "centerness",
+        iou_loss_smooth: float = 1.0,
         score_thresh: float = 0.05,
+        score_thresh_on: str = "probability",
         topk_candidates: int = 1000,
         nms_thresh: float = 0.6,
         max_detections_per_image: int = 100,
@@ -66,9 +72,15 @@ class FCOS(nn.Module):
         if len(sizes_of_interest) != len(head_in_features) - 1:
             raise ValueError(f"MODEL.FCOS.SIZES_OF_INTEREST: {len(head_in_features)} levels need "
                              f"{len(head_in_features) - 1} boundaries, got {list(sizes_of_interest)}")
-        if loc_loss_type not in LOC_LOSS_TYPES:
-            raise ValueError(f"MODEL.FCOS.LOC_LOSS_TYPE: unknown '{loc_loss_type}', expected one "
-                             f"of {LOC_LOSS_TYPES}")
+        for key, value, allowed in (("LOC_LOSS_TYPE", loc_loss_type, LOC_LOSS_TYPES),
+                                    ("LOSS_NORMALIZER", loss_normalizer, LOSS_NORMALIZERS),
+                                    ("LOC_LOSS_WEIGHTING", loc_loss_weighting, LOC_LOSS_WEIGHTINGS),
+                                    ("INFERENCE_TH_ON", score_thresh_on, THRESHOLD_ON)):
+            if value not in allowed:
+                raise ValueError(f"MODEL.FCOS.{key}: unknown '{value}', expected one of "
+                                 f"{allowed}")
+        if iou_loss_smooth < 0:
+            raise ValueError(f"MODEL.FCOS.IOU_LOSS_SMOOTH: must be >= 0, got {iou_loss_smooth}")
         self.backbone, self.head = backbone, head
         self.head_in_features = list(head_in_features)
         self.strides = [shapes[f].stride for f in head_in_features]
@@ -79,7 +91,11 @@ class FCOS(nn.Module):
         self.focal_loss_alpha, self.focal_loss_gamma = focal_loss_alpha, focal_loss_gamma
         self.loc_loss_type = loc_loss_type
         self.norm_reg_targets = norm_reg_targets
+        self.loss_normaliser = EMANormaliser(*loss_normalizer_ema) if loss_normalizer == "ema" \
+            else None
+        self.loc_loss_weighting, self.iou_loss_smooth = loc_loss_weighting, iou_loss_smooth
         self.score_thresh, self.topk_candidates = score_thresh, topk_candidates
+        self.score_thresh_on = score_thresh_on
         self.nms_thresh, self.max_detections_per_image = nms_thresh, max_detections_per_image
         self.register_buffer("pixel_mean", torch.tensor(pixel_mean).view(-1, 1, 1), False)
         self.register_buffer("pixel_std", torch.tensor(pixel_std).view(-1, 1, 1), False)
@@ -103,7 +119,13 @@ class FCOS(nn.Module):
             "focal_loss_gamma": fcos.FOCAL_LOSS_GAMMA,
             "loc_loss_type": fcos.LOC_LOSS_TYPE,
             "norm_reg_targets": fcos.NORM_REG_TARGETS,
+            "loss_normalizer": fcos.LOSS_NORMALIZER,
+            "loss_normalizer_ema": (fcos.LOSS_NORMALIZER_EMA_INIT,
+                                    fcos.LOSS_NORMALIZER_EMA_MOMENTUM),
+            "loc_loss_weighting": fcos.LOC_LOSS_WEIGHTING,
+            "iou_loss_smooth": fcos.IOU_LOSS_SMOOTH,
             "score_thresh": fcos.INFERENCE_TH_TEST,
+            "score_thresh_on": fcos.INFERENCE_TH_ON,
             "topk_candidates": fcos.PRE_NMS_TOPK_TEST,
             "nms_thresh": fcos.NMS_TH_TEST,
             "max_detections_per_image": cfg.TEST.DETECTIONS_PER_IMAGE,
@@ -158,7 +180,8 @@ class FCOS(nn.Module):
             ctr_logits=_flatten_levels(centerness)[..., 0], labels=labels,
             reg_targets=reg_targets, num_classes=self.num_classes,
             focal_alpha=self.focal_loss_alpha, focal_gamma=self.focal_loss_gamma,
-            loc_loss_type=self.loc_loss_type)
+            loc_loss_type=self.loc_loss_type, loc_weighting=self.loc_loss_weighting,
+            iou_smooth=self.iou_loss_smooth, normaliser=self.loss_normaliser)
 
     def inference(self, locations: List[Tensor], image_sizes: List[Tuple[int, int]],
                   logits: List[Tensor], regression: List[Tensor],
@@ -172,6 +195,7 @@ class FCOS(nn.Module):
                 [x[i] for x in logits], [x[i] for x in regression],
                 [x[i, :, 0] for x in centerness], locations, image_size,
                 score_thresh=self.score_thresh, topk_candidates=self.topk_candidates,
-                nms_thresh=self.nms_thresh, max_detections=self.max_detections_per_image)
+                nms_thresh=self.nms_thresh, max_detections=self.max_detections_per_image,
+                threshold_on=self.score_thresh_on)
             for i, image_size in enumerate(image_sizes)
         ]

@@ -10,6 +10,8 @@ from detectron2.layers import batched_nms
 from detectron2.structures import Boxes, Instances
 from torch import Tensor
 
+THRESHOLD_ON = ("probability", "final_score")
+
 
 def decode_boxes(locations: Tensor, ltrb: Tensor) -> Tensor:
     """(C, 2) (x, y) locations and (C, 4) (l, t, r, b) pixel distances -> (C, 4) XYXY."""
@@ -24,12 +26,14 @@ def select_level_candidates(
     *,
     score_thresh: float,
     topk: int,
+    threshold_on: str = "probability",
 ) -> Tuple[Tensor, Tensor, Tensor]:
     """Candidates of one level of one image.
 
     A (location, class) pair is a candidate when its class probability exceeds
-    ``score_thresh``; candidates are ranked by probability * sigmoid(centerness) and the
-    best ``topk`` kept.
+    ``score_thresh`` (``threshold_on`` "probability", official) or when its final score
+    sqrt(probability * sigmoid(centerness)) does ("final_score"); candidates are ranked by
+    probability * sigmoid(centerness) and the best ``topk`` kept.
 
     Args:
         logits: (Ri, K) classification logits.
@@ -38,13 +42,18 @@ def select_level_candidates(
         locations: (Ri, 2) (x, y).
         score_thresh: threshold on the class probability.
         topk: at most this many candidates.
+        threshold_on: "probability" or "final_score".
 
     Returns:
         boxes (C, 4) XYXY, scores (C,) = probability * centerness, classes (C,).
     """
     probs = logits.sigmoid()  # (Ri, K)
-    candidates = probs > score_thresh
-    scores = (probs * ctr_logits.sigmoid()[:, None])[candidates]  # (C,)
+    scores = probs * ctr_logits.sigmoid()[:, None]  # (Ri, K)
+    if threshold_on == "probability":
+        candidates = probs > score_thresh
+    else:  # sqrt(scores) > score_thresh, without the square root of every entry
+        candidates = scores > score_thresh ** 2
+    scores = scores[candidates]  # (C,)
     location_idx, classes = candidates.nonzero(as_tuple=True)
     if len(scores) > topk:
         scores, keep = scores.topk(topk, sorted=False)
@@ -64,15 +73,18 @@ def postprocess_image(
     topk_candidates: int,
     nms_thresh: float,
     max_detections: int,
+    threshold_on: str = "probability",
 ) -> Instances:
     """Detections of one image from its per-level head outputs (shapes as in
     :func:`select_level_candidates`, one list entry per level).
 
     Boxes are clipped to ``image_size`` (H, W); the score is sqrt(probability *
     centerness); NMS is class-wise; the ``max_detections`` best are kept, best first.
+    ``score_thresh`` applies to what ``threshold_on`` says.
     """
     per_level = [
-        select_level_candidates(*level, score_thresh=score_thresh, topk=topk_candidates)
+        select_level_candidates(*level, score_thresh=score_thresh, topk=topk_candidates,
+                                threshold_on=threshold_on)
         for level in zip(logits, ltrb, ctr_logits, locations)
     ]
     boxes, scores, classes = (torch.cat(parts) for parts in zip(*per_level))

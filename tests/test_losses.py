@@ -90,3 +90,70 @@ def test_sparse_focal_loss_equals_torchvision_focal_loss_on_one_hot_targets(gamm
     expected = sigmoid_focal_loss(logits, one_hot, alpha=0.25, gamma=gamma, reduction="sum")
     ours = sigmoid_focal_loss_sparse(logits, labels, alpha=0.25, gamma=gamma)
     assert ours.item() == pytest.approx(expected.item(), rel=1e-5)
+
+
+def test_iou_smoothing_zero_gives_the_exact_iou():
+    pred, target = torch.tensor([[1.0, 1, 1, 1]]), torch.tensor([[2.0, 2, 2, 2]])
+    # intersection 4, union 16: IoU 1/4 exactly, against (4 + 1) / (16 + 1) with smoothing
+    assert iou_loss(pred, target, torch.ones(1), "linear_iou", smooth=0.0).item() == \
+        pytest.approx(0.75)
+    assert iou_loss(pred, target, torch.ones(1), "iou", smooth=0.0).item() == \
+        pytest.approx(math.log(4))
+
+
+def test_iou_smoothing_zero_with_zero_prediction_is_finite():
+    # a dead regression predicts (0, 0, 0, 0): IoU 0, -log guarded, no NaN gradient
+    pred = torch.zeros(1, 4, requires_grad=True)
+    loss = iou_loss(pred, torch.ones(1, 4), torch.ones(1), "iou", smooth=0.0)
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(pred.grad).all()
+
+
+def _two_positive_batch():
+    labels = torch.tensor([[0, K, 2, K]])
+    targets = torch.tensor([[[1.0, 1, 3, 1], [1, 1, 1, 1], [2, 2, 2, 2], [1, 1, 1, 1]]])
+    pred = targets.clone()
+    pred[0, 0] = torch.tensor([1.0, 1, 1, 1])  # positive 0: IoU 4 / 8 exactly, loss 1/2
+    return labels, pred, targets
+
+
+def test_unweighted_box_loss_is_the_mean_over_positives():
+    labels, pred, targets = _two_positive_batch()
+    losses = fcos_losses(logits=torch.zeros(1, 4, K), reg_pred=pred, ctr_logits=torch.zeros(1, 4),
+                         labels=labels, reg_targets=targets, num_classes=K, focal_alpha=0.25,
+                         focal_gamma=2.0, loc_loss_type="linear_iou", loc_weighting="none",
+                         iou_smooth=0.0)
+    assert losses["loss_fcos_loc"].item() == pytest.approx((0.5 + 0.0) / 2)
+
+
+def test_centerness_weighted_box_loss_divides_by_the_weight_sum():
+    labels, pred, targets = _two_positive_batch()
+    losses = fcos_losses(logits=torch.zeros(1, 4, K), reg_pred=pred, ctr_logits=torch.zeros(1, 4),
+                         labels=labels, reg_targets=targets, num_classes=K, focal_alpha=0.25,
+                         focal_gamma=2.0, loc_loss_type="linear_iou", iou_smooth=0.0)
+    ctr0 = math.sqrt(1 / 3)  # (1, 1, 3, 1): min/max of l, r = 1/3; of t, b = 1
+    assert losses["loss_fcos_loc"].item() == pytest.approx(0.5 * ctr0 / (ctr0 + 1.0))
+
+
+def test_ema_normaliser_starts_at_its_initial_value_and_moves_by_the_momentum():
+    from fcos_d2.losses import EMANormaliser
+
+    ema = EMANormaliser(initial=100.0, momentum=0.9)
+    # first batch: 10 positives of mean weight 0.5 -> weight sum starts at 100 * 0.5
+    assert ema(10.0, 5.0) == pytest.approx((0.9 * 100 + 1.0, 0.9 * 50 + 0.5))
+    assert ema(10.0, 5.0) == pytest.approx((0.9 * 91 + 1.0, 0.9 * 45.5 + 0.5))
+
+
+def test_ema_normaliser_divides_all_three_losses_by_the_smoothed_values():
+    from fcos_d2.losses import EMANormaliser
+
+    labels, pred, targets = _two_positive_batch()
+    logits = torch.randn(1, 4, K)
+    kwargs = dict(logits=logits, reg_pred=pred, ctr_logits=torch.zeros(1, 4), labels=labels,
+                  reg_targets=targets, num_classes=K, focal_alpha=0.25, focal_gamma=2.0,
+                  loc_loss_type="linear_iou", loc_weighting="none", iou_smooth=0.0)
+    plain = fcos_losses(**kwargs)  # divides by 2 positives
+    smoothed = fcos_losses(**kwargs, normaliser=EMANormaliser(initial=20.0, momentum=0.9))
+    divisor = 0.9 * 20 + 0.1 * 2  # 18.2, for the positives and (weights 1) the weight sum
+    for key in plain:
+        assert smoothed[key].item() == pytest.approx(plain[key].item() * 2 / divisor, rel=1e-6)

@@ -65,3 +65,18 @@ def test_boxes_are_clipped_to_the_image_and_cut_to_max_detections():
 def test_no_candidates_give_an_empty_result():
     result = _image([[-20.0]], [[1.0, 1, 1, 1]], [0.0], [[5.0, 5.0]])
     assert len(result) == 0 and result.pred_boxes.tensor.shape == (0, 4)
+
+
+def test_threshold_on_final_score_uses_sqrt_of_probability_times_centerness():
+    # probabilities 0.5 and 0.3, centerness 0.1: final scores sqrt(.05) = .224 and .173
+    logits = torch.tensor([[_logit(0.5), _logit(0.3)]])
+    ctr = torch.tensor([_logit(0.1)])
+    _, scores, classes = select_level_candidates(
+        logits, torch.ones(1, 4), ctr, torch.tensor([[8.0, 8.0]]), score_thresh=0.2, topk=10,
+        threshold_on="final_score")
+    assert classes.tolist() == [0]
+    assert scores.tolist() == pytest.approx([0.05])
+    # on the probability, both pass 0.2
+    _, _, classes = select_level_candidates(
+        logits, torch.ones(1, 4), ctr, torch.tensor([[8.0, 8.0]]), score_thresh=0.2, topk=10)
+    assert classes.tolist() == [0, 1]
