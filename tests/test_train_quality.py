@@ -1,0 +1,112 @@
+"""tools/train_quality.py: every contender builds on the same backbone and optimizer, the
+variants switch exactly what they name, the adapters speak detectron2's model interface,
+and the table reports mean, spread and range over seeds."""
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from detectron2.structures import Boxes, Instances
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tools"))
+
+import train_quality as tq  # noqa: E402
+
+
+def _get(cfg, key):
+    for part in key.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+def _cfg(name, *opts):
+    cfg = tq._setup_cfg(name, 0, "unused", ["MODEL.FPN.OUT_CHANNELS", 64,
+                                             "MODEL.FCOS.NUM_CONVS", 1, *opts])
+    return cfg
+
+
+def _batch():
+    torch.manual_seed(0)
+    instances = Instances((128, 128))
+    instances.gt_boxes = Boxes(torch.tensor([[10.0, 20.0, 60.0, 70.0], [80, 80, 120, 100]]))
+    instances.gt_classes = torch.tensor([0, 5])
+    return [{"image": torch.rand(3, 128, 128) * 255, "instances": instances,
+             "height": 128, "width": 128}]
+
+
+@pytest.mark.parametrize("variant", list(tq.VARIANTS))
+def test_each_variant_changes_exactly_the_keys_it_names(variant):
+    official, cfg = _cfg("fcos-d2 official"), _cfg(f"fcos-d2 {variant}")
+    overrides = tq.VARIANTS[variant]
+    changed = {key for key in overrides[::2] if _get(official, key) != _get(cfg, key)}
+    assert changed == set(overrides[::2])
+    official.defrost()
+    official.merge_from_list(overrides)
+    assert official == cfg
+
+
+def test_official_contender_has_the_official_defaults_and_recipe_differs():
+    from detectron2.config import get_cfg
+
+    from fcos_d2 import add_fcos_config
+
+    defaults = get_cfg()
+    add_fcos_config(defaults)
+    official = _cfg("fcos-d2 official")
+    # every MODEL.FCOS key at its default (the official FCOS) but those of the regime
+    regime = {"NUM_CLASSES", "NUM_CONVS"}  # 6 shapes; NUM_CONVS narrowed by this test
+    differ = {k for k, v in official.MODEL.FCOS.items() if v != defaults.MODEL.FCOS[k]}
+    assert differ == regime
+    recipe = _cfg(tq.RECIPE)
+    assert any(_get(recipe, key) != _get(official, key) for key in tq.OFFICIAL[::2])
+
+
+def test_regime_is_the_recipe_config_at_half_length():
+    cfg = _cfg("fcos-d2 official")
+    assert (cfg.SOLVER.MAX_ITER, cfg.SOLVER.STEPS, cfg.SOLVER.IMS_PER_BATCH) == (600, (500,), 4)
+    assert cfg.MODEL.RESNETS.DEPTH == 18 and cfg.MODEL.WEIGHTS == ""
+    assert cfg.MODEL.FCOS.IN_FEATURES == ["p3", "p4", "p5", "p6", "p7"]
+
+
+def test_torchvision_adapter_trains_and_returns_detectron2_instances():
+    cfg = _cfg("torchvision")
+    model = tq.build_contender("torchvision", cfg)
+    model.train()
+    losses = model(_batch())
+    assert set(losses) == {"classification", "bbox_regression", "bbox_ctrness"}
+    assert all(torch.isfinite(v) for v in losses.values())
+    model.eval()
+    model.fcos.score_thresh = 0.0  # an untrained model: keep every candidate
+    with torch.no_grad():
+        (result,) = model(_batch())
+    instances = result["instances"]
+    assert instances.image_size == (128, 128) and len(instances) > 0
+    assert instances.pred_classes.max() < cfg.MODEL.FCOS.NUM_CLASSES
+
+
+def test_detectron2_adapter_builds_when_detectron2_has_fcos():
+    if importlib.util.find_spec("detectron2.modeling.meta_arch.fcos") is None:
+        pytest.skip("the installed detectron2 has no detectron2.modeling.meta_arch.fcos "
+                    "(v0.6 and main have it)")
+    cfg = _cfg("detectron2")
+    model = tq.build_contender("detectron2", cfg)
+    model.train()
+    from detectron2.utils.events import EventStorage
+
+    with EventStorage():
+        losses = model(_batch())
+    assert set(losses) == {"loss_fcos_cls", "loss_fcos_loc", "loss_fcos_ctr"}
+
+
+def test_table_reports_mean_sample_std_and_range_over_seeds():
+    results = [{"contender": "a", "seed": s, "AP": ap, "AP50": 2 * ap, "status": "ok"}
+               for s, ap in enumerate([1.0, 2.0, 6.0])]
+    results.append({"contender": "b", "seed": 0, "AP": 0.0, "AP50": 0.0,
+                    "status": "diverged: loss became infinite"})
+    table = tq.summarise(results, ["a", "b"]).splitlines()
+    std = math.sqrt(((1 - 3) ** 2 + (2 - 3) ** 2 + (6 - 3) ** 2) / 2)
+    assert table[2] == f"| a | 0,1,2 | 3.0 | {std:.1f} | 1.0-6.0 | 6.0 | {2 * std:.1f} |"
+    assert "seed 0 diverged" in table[3]

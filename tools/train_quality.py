@@ -1,0 +1,333 @@
+#!/usr/bin/env python
+"""Training-quality benchmark: FCOS implementations trained from scratch on small data.
+
+The regime: the first 400 images of the built-in synthetic shapes train split (6
+classes, 128 x 128, boxes of 8-124 px, used at their own size), evaluated with COCO box AP
+on the first 100 val images. The model and optimizer are those of
+``configs/FCOS-R18-small-data.yaml``: ResNet-18 with BN from scratch, FPN P3-P7 (P6/P7
+from P5), a 128-channel GN head with 4 convs per tower, random flip, SGD (momentum 0.9,
+weight decay 1e-4 on every parameter), batch 4, lr 0.01; the schedule is half the
+config's (``REGIME``): 600 iterations, linear warm-up of 50, lr x0.1 at 500, so that a run
+takes about 4 minutes on one CPU core. Relative to the strides, the objects are as large
+as 10-100 px objects in 256-352 px images.
+
+Every contender gets the same backbone (built by fcos-d2's backbone builder), data
+loader, optimizer, schedule, seeds and evaluator; only the detector on top differs:
+
+- ``fcos-d2 <variant>``: fcos-d2 with ``MODEL.FCOS`` options (``VARIANTS``);
+- ``torchvision``: ``torchvision.models.detection.FCOS`` on the same backbone;
+- ``detectron2``: detectron2's built-in FCOS (``detectron2.modeling.meta_arch.fcos``,
+  unregistered, in v0.6 and main), where the installed detectron2 has it.
+
+Each (contender, seed) runs in its own process with one thread; ``--jobs`` run at once.
+Results are appended to ``OUTPUT/results.jsonl`` (runs found there are not repeated), and
+the table (mean, sample std and range of AP over seeds) is printed and written to
+``OUTPUT/table.md``.
+
+Usage:
+    python tools/train_quality.py [--contenders all|NAME ...] [--seeds 0 1 2] [--jobs 2]
+                                  [--output DIR] [KEY VALUE ...]
+    python tools/train_quality.py --list
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import Dict, List
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+CONFIG = REPO / "configs" / "FCOS-R18-small-data.yaml"
+# Half the recipe's 1200 iterations, so that a run takes a few minutes on one CPU core.
+REGIME = ["SOLVER.MAX_ITER", 600, "SOLVER.STEPS", (500,), "SOLVER.WARMUP_ITERS", 50]
+TRAIN_IMAGES, VAL_IMAGES = 400, 100
+TRAIN_NAME, VAL_NAME = "train_quality_shapes_train", "train_quality_shapes_val"
+
+# The official FCOS choices, stated explicitly so that the ablations below switch one at a
+# time whatever the recipe config sets.
+OFFICIAL = [
+    "MODEL.FCOS.SIZES_OF_INTEREST", "[64, 128, 256, 512]",
+    "MODEL.FCOS.LOSS_NORMALIZER", "num_pos",
+    "MODEL.FCOS.LOC_LOSS_WEIGHTING", "centerness",
+    "MODEL.FCOS.REG_ACTIVATION", "",  # the official choice: relu in stride units
+    "MODEL.FCOS.USE_SCALE", "True",
+    "MODEL.FCOS.IOU_LOSS_SMOOTH", "1.0",
+    "MODEL.FCOS.INFERENCE_TH_ON", "probability",
+    "MODEL.FCOS.INFERENCE_TH_TEST", "0.05",
+]
+# fcos-d2 variants: name -> config overrides applied on top of OFFICIAL.
+VARIANTS: Dict[str, List[str]] = OrderedDict([
+    ("official", []),
+    ("ema-normaliser", ["MODEL.FCOS.LOSS_NORMALIZER", "ema"]),
+    ("unweighted-box-loss", ["MODEL.FCOS.LOC_LOSS_WEIGHTING", "none"]),
+    ("no-scale", ["MODEL.FCOS.USE_SCALE", "False"]),
+    ("exp-regression", ["MODEL.FCOS.REG_ACTIVATION", "exp"]),
+    ("softplus-regression", ["MODEL.FCOS.REG_ACTIVATION", "softplus"]),
+    ("no-iou-smoothing", ["MODEL.FCOS.IOU_LOSS_SMOOTH", "0.0"]),
+    ("sizes-halved", ["MODEL.FCOS.SIZES_OF_INTEREST", "[32, 64, 128, 256]"]),
+    ("exp+ema+exact-iou", ["MODEL.FCOS.REG_ACTIVATION", "exp", "MODEL.FCOS.LOSS_NORMALIZER", "ema",
+                           "MODEL.FCOS.IOU_LOSS_SMOOTH", "0.0"]),
+    ("official-param-groups", ["SOLVER.BIAS_LR_FACTOR", "2.0", "SOLVER.WEIGHT_DECAY_BIAS", "0.0"]),
+    ("like-detectron2", ["MODEL.FCOS.LOSS_NORMALIZER", "ema", "MODEL.FCOS.LOC_LOSS_WEIGHTING",
+                         "none", "MODEL.FCOS.USE_SCALE", "False", "MODEL.FCOS.IOU_LOSS_SMOOTH",
+                         "0.0", "MODEL.FCOS.INFERENCE_TH_ON", "final_score",
+                         "MODEL.FCOS.INFERENCE_TH_TEST", "0.2"]),
+])
+RECIPE = "fcos-d2 recipe"  # the config file as it is
+# Variants that change inference only: evaluated on the weights of their base contender's
+# runs (same training, so no second one). name -> (base contender, overrides).
+EVAL_VARIANTS: Dict[str, tuple] = OrderedDict([
+    ("fcos-d2 threshold-final-0.2", ("fcos-d2 official", [
+        "MODEL.FCOS.INFERENCE_TH_ON", "final_score", "MODEL.FCOS.INFERENCE_TH_TEST", "0.2"])),
+])
+
+
+def contender_names() -> List[str]:
+    return ([f"fcos-d2 {v}" for v in VARIANTS] + list(EVAL_VARIANTS)
+            + [RECIPE, "torchvision", "detectron2"])
+
+
+# ---------------------------------------------------------------- one run (child process)
+
+def _setup_cfg(name: str, seed: int, output_dir: str, opts: List[str],
+               base_overrides: List[str] = ()):
+    from detectron2.config import get_cfg
+
+    from fcos_d2 import add_fcos_config
+
+    cfg = get_cfg()
+    add_fcos_config(cfg)
+    cfg.merge_from_file(str(CONFIG))
+    if name in EVAL_VARIANTS:
+        cfg.merge_from_list(OFFICIAL + VARIANTS[EVAL_VARIANTS[name][0][len("fcos-d2 "):]])
+    elif name.startswith("fcos-d2 ") and name != RECIPE:
+        cfg.merge_from_list(OFFICIAL + VARIANTS[name[len("fcos-d2 "):]])
+    cfg.merge_from_list(list(base_overrides))
+    cfg.merge_from_list(["DATASETS.TRAIN", (TRAIN_NAME,), "DATASETS.TEST", (VAL_NAME,),
+                         "DATALOADER.NUM_WORKERS", 0, "MODEL.DEVICE", "cpu", "SEED", seed,
+                         "OUTPUT_DIR", output_dir, *REGIME])
+    cfg.merge_from_list(opts)
+    cfg.freeze()
+    return cfg
+
+
+def _register_datasets() -> None:
+    from fcos_d2.data import register_coco_dataset
+    from fcos_d2.data.synthetic import ANNOTATIONS_FILE, IMAGES_FOLDER, ensure_synthetic_shapes
+
+    for name, split, count in ((TRAIN_NAME, "train", TRAIN_IMAGES), (VAL_NAME, "val", VAL_IMAGES)):
+        folder = ensure_synthetic_shapes(split, num_images=count)
+        register_coco_dataset(name, str(folder / ANNOTATIONS_FILE), str(folder / IMAGES_FOLDER))
+
+
+def build_contender(name: str, cfg):
+    """The detector of contender `name` on fcos-d2's backbone for `cfg`."""
+    from detectron2.modeling import build_backbone, build_model
+
+    if name.startswith("fcos-d2"):
+        return build_model(cfg)
+    from train_quality_adapters import build_detectron2_fcos, build_torchvision_fcos
+
+    builder = {"torchvision": build_torchvision_fcos, "detectron2": build_detectron2_fcos}[name]
+    return builder(cfg, build_backbone(cfg))
+
+
+def run_one(name: str, seed: int, output_dir: str, opts: List[str]) -> List[dict]:
+    """Trains contender `name` with `seed`; returns its COCO box metrics and losses, then
+    those of each inference-only variant based on it (``EVAL_VARIANTS``)."""
+    import torch
+    from detectron2.data import build_detection_train_loader
+    from detectron2.engine import SimpleTrainer, hooks
+    from detectron2.solver import build_lr_scheduler, build_optimizer
+    from detectron2.utils.env import seed_all_rng
+
+    torch.set_num_threads(1)
+    _register_datasets()
+    cfg = _setup_cfg(name, seed, output_dir, opts)
+    seed_all_rng(seed)
+    model = build_contender(name, cfg)
+    optimizer = build_optimizer(cfg, model)
+    scheduler = build_lr_scheduler(cfg, optimizer)
+    trainer = SimpleTrainer(model, build_detection_train_loader(cfg), optimizer)
+    recorder = _loss_recorder()
+    trainer.register_hooks([hooks.LRScheduler(optimizer, scheduler), recorder])
+    start = time.perf_counter()
+    status = "ok"
+    try:
+        trainer.train(0, cfg.SOLVER.MAX_ITER)
+    except FloatingPointError as error:  # SimpleTrainer's check of non-finite losses
+        status = f"diverged: {error}"
+    common = {"seed": seed, "status": status, "final_losses": recorder.tail(),
+              "train_seconds": round(time.perf_counter() - start, 1)}
+    if status != "ok":
+        return [{"contender": name, "AP": 0.0, "AP50": 0.0, **common}]
+    os.makedirs(output_dir, exist_ok=True)
+    torch.save(model.state_dict(), os.path.join(output_dir, "model_final.pth"))
+    results = [{"contender": name, **evaluate(model, cfg), **common}]
+    for variant, (base, overrides) in EVAL_VARIANTS.items():
+        if base == name:
+            variant_cfg = _setup_cfg(variant, seed, output_dir, opts, base_overrides=overrides)
+            variant_model = build_contender(variant, variant_cfg)
+            variant_model.load_state_dict(model.state_dict())
+            results.append({"contender": variant, **evaluate(variant_model, variant_cfg), **common})
+    return results
+
+
+def evaluate(model, cfg) -> Dict[str, float]:
+    """COCO box AP, AP50 and APs of `model` on the validation images."""
+    import torch
+    from detectron2.data import build_detection_test_loader
+    from detectron2.evaluation import COCOEvaluator, inference_on_dataset
+
+    model.eval()
+    evaluator = COCOEvaluator(VAL_NAME, tasks=("bbox",), use_fast_impl=False)
+    with torch.no_grad():
+        metrics = inference_on_dataset(model, build_detection_test_loader(cfg, VAL_NAME),
+                                       evaluator)["bbox"]
+    return {"AP": metrics["AP"], "AP50": metrics["AP50"], "APs": metrics.get("APs")}
+
+
+NOT_LOSSES = {"data_time", "rank_data_time", "lr", "time", "eta_seconds", "num_pos_anchors"}
+
+
+def _loss_recorder():
+    """A hook that keeps each loss's values, to report their median over the last 100."""
+    from detectron2.engine import HookBase
+
+    class LossRecorder(HookBase):
+        def __init__(self):
+            self.values: Dict[str, List[float]] = {}
+
+        def after_step(self):
+            for key, (value, _) in self.trainer.storage.latest().items():
+                if key not in NOT_LOSSES:
+                    self.values.setdefault(key, []).append(float(value))
+
+        def tail(self) -> Dict[str, float]:
+            return {k: round(statistics.median(v[-100:]), 4) for k, v in self.values.items()}
+
+    return LossRecorder()
+
+
+# ---------------------------------------------------------------- driver
+
+def has_detectron2_fcos() -> bool:
+    """Whether the installed detectron2 has the built-in FCOS (v0.6 and main have)."""
+    import importlib.util
+
+    import fcos_d2  # noqa: F401  (before detectron2)
+
+    return importlib.util.find_spec("detectron2.modeling.meta_arch.fcos") is not None
+
+
+def load_results(path: Path) -> List[dict]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def summarise(results: List[dict], names: List[str]) -> str:
+    """A markdown table: per contender, mean / sample std / range of AP and AP50."""
+    rows = ["| contender | seeds | AP mean | AP std | AP min-max | AP50 mean | AP50 std |",
+            "|---|---|---|---|---|---|---|"]
+    for name in names:
+        runs = sorted((r for r in results if r["contender"] == name), key=lambda r: r["seed"])
+        if not runs:
+            continue
+        ap, ap50 = [r["AP"] for r in runs], [r["AP50"] for r in runs]
+        std = lambda v: statistics.stdev(v) if len(v) > 1 else float("nan")  # noqa: E731
+        notes = "; ".join(f"seed {r['seed']} {r['status']}" for r in runs if r["status"] != "ok")
+        rows.append(f"| {name}{' (' + notes + ')' if notes else ''} | "
+                    f"{','.join(str(r['seed']) for r in runs)} | {statistics.mean(ap):.1f} | "
+                    f"{std(ap):.1f} | {min(ap):.1f}-{max(ap):.1f} | {statistics.mean(ap50):.1f} | "
+                    f"{std(ap50):.1f} |")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--contenders", nargs="+", default=["all"],
+                        help="names as --list prints them, or 'all'")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--jobs", type=int, default=2, help="runs at once, one thread each")
+    parser.add_argument("--output", default=str(REPO / "output" / "train_quality"))
+    parser.add_argument("--list", action="store_true", help="print the contenders and exit")
+    parser.add_argument("opts", nargs=argparse.REMAINDER, default=[],
+                        help="config overrides for every contender (KEY VALUE ...); use a "
+                             "separate --output for runs with other overrides")
+    parser.add_argument("--run", help=argparse.SUPPRESS)  # child: one contender ...
+    parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)  # ... and one seed
+    args = parser.parse_args()
+    output = Path(args.output)
+    if args.run:
+        import fcos_d2  # noqa: F401  (before detectron2)
+
+        results = run_one(args.run, args.seed, str(output / "runs" / f"{args.run}-{args.seed}"),
+                          args.opts)
+        with open(output / "results.jsonl", "a") as f:
+            f.write("".join(json.dumps(r) + "\n" for r in results))
+        return
+    names = contender_names()
+    if not has_detectron2_fcos():
+        print("the installed detectron2 has no detectron2.modeling.meta_arch.fcos: the "
+              "'detectron2' contender is left out")
+        names.remove("detectron2")
+    if args.list:
+        print("\n".join(names))
+        return
+    chosen = names if args.contenders == ["all"] else args.contenders
+    unknown = [c for c in chosen if c not in names]
+    if unknown:
+        parser.error(f"unknown contenders {unknown}; --list prints the names")
+    output.mkdir(parents=True, exist_ok=True)
+    _prepare_datasets()
+    done = {(r["contender"], r["seed"]) for r in load_results(output / "results.jsonl")}
+    # an inference-only variant comes with its base contender's run
+    to_train = list(OrderedDict.fromkeys(EVAL_VARIANTS[c][0] if c in EVAL_VARIANTS else c
+                                         for c in chosen))
+    todo = [(c, s) for s in args.seeds for c in to_train if (c, s) not in done]
+    _run_all(todo, args.jobs, output, args.opts)
+    table = summarise(load_results(output / "results.jsonl"), chosen)
+    (output / "table.md").write_text(table + "\n")
+    print(table)
+
+
+def _prepare_datasets() -> None:
+    import fcos_d2  # noqa: F401
+    from fcos_d2.data.synthetic import ensure_synthetic_shapes
+
+    ensure_synthetic_shapes("train", num_images=TRAIN_IMAGES)
+    ensure_synthetic_shapes("val", num_images=VAL_IMAGES)
+
+
+def _run_all(todo, jobs: int, output: Path, opts: List[str]) -> None:
+    """Runs each (contender, seed) in a child process, `jobs` at a time."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join([str(REPO / "tools"), os.environ.get("PYTHONPATH", "")]))
+    running = []
+    while todo or running:
+        while todo and len(running) < jobs:
+            name, seed = todo.pop(0)
+            log = open(output / f"log-{name.replace(' ', '_')}-{seed}.txt", "w")
+            cmd = [sys.executable, __file__, "--run", name, "--seed", str(seed), "--output",
+                   str(output), *opts]
+            running.append((name, seed, subprocess.Popen(cmd, env=env, stdout=log,
+                                                         stderr=subprocess.STDOUT), time.time()))
+            print(f"started {name} seed {seed}", flush=True)
+        for item in list(running):
+            name, seed, process, started = item
+            if process.poll() is not None:
+                running.remove(item)
+                print(f"finished {name} seed {seed}: exit {process.returncode}, "
+                      f"{time.time() - started:.0f} s", flush=True)
+        time.sleep(1)
+
+
+if __name__ == "__main__":
+    main()
