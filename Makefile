@@ -27,9 +27,9 @@ quickstart: setup
 benchmark: setup
 	$(PY) tools/benchmark.py
 
-# Training quality on small data from scratch: every contender, 3 seeds (about 4 minutes a
-# run, two at a time on 2 CPU cores: ~1.5 hours; runs already in
-# output/train_quality/results.jsonl are kept).
+# Training quality on small data from scratch: 14 trainings x 3 seeds, about 4 minutes
+# each, two at a time on 2 CPU cores (~1.5 hours); runs already in
+# output/train_quality/results.jsonl are kept, so an interrupted run continues.
 train-quality: setup
 	$(PY) tools/train_quality.py
 

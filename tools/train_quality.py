@@ -89,8 +89,9 @@ EVAL_VARIANTS: Dict[str, tuple] = OrderedDict([
 
 
 def contender_names() -> List[str]:
-    return ([f"fcos-d2 {v}" for v in VARIANTS] + list(EVAL_VARIANTS)
-            + [RECIPE, "torchvision", "detectron2"])
+    """The main contenders first, then the one-at-a-time variants."""
+    variants = [f"fcos-d2 {v}" for v in VARIANTS if v != "official"] + list(EVAL_VARIANTS)
+    return ["fcos-d2 official", RECIPE, "detectron2", "torchvision"] + variants
 
 
 # ---------------------------------------------------------------- one run (child process)
