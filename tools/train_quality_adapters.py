@@ -10,7 +10,6 @@ import math
 from collections import OrderedDict
 from typing import Dict, List
 
-import torch
 from detectron2.modeling.postprocessing import detector_postprocess
 from detectron2.structures import Boxes, Instances
 from torch import Tensor, nn
