@@ -48,6 +48,8 @@ CONFIG = REPO / "configs" / "FCOS-R18-small-data.yaml"
 REGIME = ["SOLVER.MAX_ITER", 600, "SOLVER.STEPS", (500,), "SOLVER.WARMUP_ITERS", 50]
 TRAIN_IMAGES, VAL_IMAGES = 400, 100
 TRAIN_NAME, VAL_NAME = "train_quality_shapes_train", "train_quality_shapes_val"
+# (dataset name, synthetic split, first images taken)
+DATASETS = ((TRAIN_NAME, "train", TRAIN_IMAGES), (VAL_NAME, "val", VAL_IMAGES))
 
 # The official FCOS choices, stated explicitly so that the ablations below switch one at a
 # time whatever the recipe config sets.
@@ -96,8 +98,19 @@ def contender_names() -> List[str]:
 
 # ---------------------------------------------------------------- one run (child process)
 
-def _setup_cfg(name: str, seed: int, output_dir: str, opts: List[str],
-               base_overrides: List[str] = ()):
+def contender_overrides(name: str) -> List[str]:
+    """The config overrides that make contender `name` from the recipe config: none for the
+    recipe and the other projects' FCOS, OFFICIAL plus the variant's for fcos-d2 variants,
+    and for an inference-only variant its base's plus its own."""
+    if name in EVAL_VARIANTS:
+        base, overrides = EVAL_VARIANTS[name]
+        return contender_overrides(base) + overrides
+    if name.startswith("fcos-d2 ") and name != RECIPE:
+        return OFFICIAL + VARIANTS[name[len("fcos-d2 "):]]
+    return []
+
+
+def _setup_cfg(name: str, seed: int, output_dir: str, opts: List[str]):
     from detectron2.config import get_cfg
 
     from fcos_d2 import add_fcos_config
@@ -105,11 +118,7 @@ def _setup_cfg(name: str, seed: int, output_dir: str, opts: List[str],
     cfg = get_cfg()
     add_fcos_config(cfg)
     cfg.merge_from_file(str(CONFIG))
-    if name in EVAL_VARIANTS:
-        cfg.merge_from_list(OFFICIAL + VARIANTS[EVAL_VARIANTS[name][0][len("fcos-d2 "):]])
-    elif name.startswith("fcos-d2 ") and name != RECIPE:
-        cfg.merge_from_list(OFFICIAL + VARIANTS[name[len("fcos-d2 "):]])
-    cfg.merge_from_list(list(base_overrides))
+    cfg.merge_from_list(contender_overrides(name))
     cfg.merge_from_list(["DATASETS.TRAIN", (TRAIN_NAME,), "DATASETS.TEST", (VAL_NAME,),
                          "DATALOADER.NUM_WORKERS", 0, "MODEL.DEVICE", "cpu", "SEED", seed,
                          "OUTPUT_DIR", output_dir, *REGIME])
@@ -122,7 +131,7 @@ def _register_datasets() -> None:
     from fcos_d2.data import register_coco_dataset
     from fcos_d2.data.synthetic import ANNOTATIONS_FILE, IMAGES_FOLDER, ensure_synthetic_shapes
 
-    for name, split, count in ((TRAIN_NAME, "train", TRAIN_IMAGES), (VAL_NAME, "val", VAL_IMAGES)):
+    for name, split, count in DATASETS:
         folder = ensure_synthetic_shapes(split, num_images=count)
         register_coco_dataset(name, str(folder / ANNOTATIONS_FILE), str(folder / IMAGES_FOLDER))
 
@@ -171,9 +180,9 @@ def run_one(name: str, seed: int, output_dir: str, opts: List[str]) -> List[dict
     os.makedirs(output_dir, exist_ok=True)
     torch.save(model.state_dict(), os.path.join(output_dir, "model_final.pth"))
     results = [{"contender": name, **evaluate(model, cfg), **common}]
-    for variant, (base, overrides) in EVAL_VARIANTS.items():
+    for variant, (base, _) in EVAL_VARIANTS.items():
         if base == name:
-            variant_cfg = _setup_cfg(variant, seed, output_dir, opts, base_overrides=overrides)
+            variant_cfg = _setup_cfg(variant, seed, output_dir, opts)
             variant_model = build_contender(variant, variant_cfg)
             variant_model.load_state_dict(model.state_dict())
             results.append({"contender": variant, **evaluate(variant_model, variant_cfg), **common})
@@ -294,7 +303,8 @@ def main() -> None:
                                          for c in chosen))
     todo = [(c, s) for s in args.seeds for c in to_train if (c, s) not in done]
     _run_all(todo, args.jobs, output, args.opts)
-    table = summarise(load_results(output / "results.jsonl"), chosen)
+    # every contender with runs in the file, also those of earlier invocations
+    table = summarise(load_results(output / "results.jsonl"), names)
     (output / "table.md").write_text(table + "\n")
     print(table)
 
@@ -303,8 +313,8 @@ def _prepare_datasets() -> None:
     import fcos_d2  # noqa: F401
     from fcos_d2.data.synthetic import ensure_synthetic_shapes
 
-    ensure_synthetic_shapes("train", num_images=TRAIN_IMAGES)
-    ensure_synthetic_shapes("val", num_images=VAL_IMAGES)
+    for _, split, count in DATASETS:  # once here, so that the runs never race to make them
+        ensure_synthetic_shapes(split, num_images=count)
 
 
 def _run_all(todo, jobs: int, output: Path, opts: List[str]) -> None:
