@@ -109,28 +109,26 @@ def test_iou_smoothing_zero_with_zero_prediction_is_finite():
     assert torch.isfinite(loss) and torch.isfinite(pred.grad).all()
 
 
-def _two_positive_batch():
+def _two_positive_losses(logits=None, **options):
+    """Linear-IoU losses, exact IoU, of a batch with positives 0 (IoU 4 / 8 exactly, loss
+    1/2, centerness target sqrt(1/3)) and 2 (perfect box, centerness 1)."""
     labels = torch.tensor([[0, K, 2, K]])
     targets = torch.tensor([[[1.0, 1, 3, 1], [1, 1, 1, 1], [2, 2, 2, 2], [1, 1, 1, 1]]])
     pred = targets.clone()
-    pred[0, 0] = torch.tensor([1.0, 1, 1, 1])  # positive 0: IoU 4 / 8 exactly, loss 1/2
-    return labels, pred, targets
+    pred[0, 0] = torch.tensor([1.0, 1, 1, 1])
+    logits = torch.zeros(1, 4, K) if logits is None else logits
+    return fcos_losses(logits=logits, reg_pred=pred, ctr_logits=torch.zeros(1, 4), labels=labels,
+                       reg_targets=targets, num_classes=K, focal_alpha=0.25, focal_gamma=2.0,
+                       loc_loss_type="linear_iou", iou_smooth=0.0, **options)
 
 
 def test_unweighted_box_loss_is_the_mean_over_positives():
-    labels, pred, targets = _two_positive_batch()
-    losses = fcos_losses(logits=torch.zeros(1, 4, K), reg_pred=pred, ctr_logits=torch.zeros(1, 4),
-                         labels=labels, reg_targets=targets, num_classes=K, focal_alpha=0.25,
-                         focal_gamma=2.0, loc_loss_type="linear_iou", loc_weighting="none",
-                         iou_smooth=0.0)
+    losses = _two_positive_losses(loc_weighting="none")
     assert losses["loss_fcos_loc"].item() == pytest.approx((0.5 + 0.0) / 2)
 
 
 def test_centerness_weighted_box_loss_divides_by_the_weight_sum():
-    labels, pred, targets = _two_positive_batch()
-    losses = fcos_losses(logits=torch.zeros(1, 4, K), reg_pred=pred, ctr_logits=torch.zeros(1, 4),
-                         labels=labels, reg_targets=targets, num_classes=K, focal_alpha=0.25,
-                         focal_gamma=2.0, loc_loss_type="linear_iou", iou_smooth=0.0)
+    losses = _two_positive_losses()
     ctr0 = math.sqrt(1 / 3)  # (1, 1, 3, 1): min/max of l, r = 1/3; of t, b = 1
     assert losses["loss_fcos_loc"].item() == pytest.approx(0.5 * ctr0 / (ctr0 + 1.0))
 
@@ -147,13 +145,10 @@ def test_ema_normaliser_starts_at_its_initial_value_and_moves_by_the_momentum():
 def test_ema_normaliser_divides_all_three_losses_by_the_smoothed_values():
     from fcos_d2.losses import EMANormaliser
 
-    labels, pred, targets = _two_positive_batch()
     logits = torch.randn(1, 4, K)
-    kwargs = dict(logits=logits, reg_pred=pred, ctr_logits=torch.zeros(1, 4), labels=labels,
-                  reg_targets=targets, num_classes=K, focal_alpha=0.25, focal_gamma=2.0,
-                  loc_loss_type="linear_iou", loc_weighting="none", iou_smooth=0.0)
-    plain = fcos_losses(**kwargs)  # divides by 2 positives
-    smoothed = fcos_losses(**kwargs, normaliser=EMANormaliser(initial=20.0, momentum=0.9))
+    plain = _two_positive_losses(logits, loc_weighting="none")  # divides by 2 positives
+    smoothed = _two_positive_losses(logits, loc_weighting="none",
+                                    normaliser=EMANormaliser(initial=20.0, momentum=0.9))
     divisor = 0.9 * 20 + 0.1 * 2  # 18.2, for the positives and (weights 1) the weight sum
     for key in plain:
         assert smoothed[key].item() == pytest.approx(plain[key].item() * 2 / divisor, rel=1e-6)
