@@ -25,7 +25,7 @@ from fcos_d2 import add_fcos_config, compat
 from fcos_d2.data import prepare_dataset
 from fcos_d2.data.register import check_num_classes, register_coco_dataset
 from fcos_d2.evaluation import append_summaries, expected_results_verdict, iterations_trained
-from fcos_d2.launch import launch
+from fcos_d2.engine.launch import launch
 from fcos_d2.visualization import save_loader_predictions
 
 logger = logging.getLogger("fcos_d2")

@@ -2,11 +2,9 @@
 # compat first: it makes detectron2 v0.6 importable without its C++ extension.
 from . import compat  # noqa: F401  (side effect: detectron2 compatibility)
 from .config import add_fcos_config
-from .head import FCOSHead
 
 # Side effects: register the backbone builder and the FCOS meta-architecture.
-from .backbone import build_fcos_resnet_fpn_backbone  # noqa: E402
-from .meta_arch import FCOS  # noqa: E402
+from .modeling import FCOS, FCOSHead, build_fcos_resnet_fpn_backbone  # noqa: E402
 
 # Side effect: registers the built-in datasets synthetic_shapes_{train,val} (generated on
 # first use, not at import).

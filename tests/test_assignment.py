@@ -3,7 +3,7 @@ import math
 
 import torch
 
-from fcos_d2.assignment import assign_targets, compute_locations, level_size_ranges
+from fcos_d2.modeling.assignment import assign_targets, compute_locations, level_size_ranges
 
 BG = 5  # num_classes in these tests; background label
 

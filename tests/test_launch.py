@@ -1,4 +1,4 @@
-"""fcos_d2.launch: one process, spawned CPU workers over gloo, and workers started by torchrun."""
+"""fcos_d2.engine.launch: one process, spawned CPU workers over gloo, and workers started by torchrun."""
 import json
 import subprocess
 import sys
@@ -11,7 +11,7 @@ import torch.distributed as dist
 from detectron2.engine import defaults
 from detectron2.utils import comm
 
-from fcos_d2.launch import launch
+from fcos_d2.engine.launch import launch
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -65,7 +65,7 @@ def test_under_torchrun_each_process_joins_the_job_and_runs_main_once(tmp_path, 
         import sys
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         import fcos_d2
-        from fcos_d2.launch import launch
+        from fcos_d2.engine.launch import launch
         from test_launch import report_worker
 
         if __name__ == "__main__":

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torchvision.ops import sigmoid_focal_loss
 
-from fcos_d2.losses import centerness_targets, fcos_losses, iou_loss, mean_over_workers
+from fcos_d2.modeling.losses import centerness_targets, fcos_losses, iou_loss, mean_over_workers
 
 K = 3
 
@@ -80,7 +80,7 @@ def test_mean_over_one_worker_is_the_value():
 
 @pytest.mark.parametrize("gamma", [2.0, 1.5, 0.0])
 def test_sparse_focal_loss_equals_torchvision_focal_loss_on_one_hot_targets(gamma):
-    from fcos_d2.losses import sigmoid_focal_loss_sparse
+    from fcos_d2.modeling.losses import sigmoid_focal_loss_sparse
 
     torch.manual_seed(0)
     logits = torch.randn(50, K) * 4
@@ -134,7 +134,7 @@ def test_centerness_weighted_box_loss_divides_by_the_weight_sum():
 
 
 def test_ema_normaliser_starts_at_its_initial_value_and_moves_by_the_momentum():
-    from fcos_d2.losses import EMANormaliser
+    from fcos_d2.modeling.losses import EMANormaliser
 
     ema = EMANormaliser(initial=100.0, momentum=0.9)
     # first batch: 10 positives of mean weight 0.5 -> weight sum starts at 100 * 0.5
@@ -143,7 +143,7 @@ def test_ema_normaliser_starts_at_its_initial_value_and_moves_by_the_momentum():
 
 
 def test_ema_normaliser_divides_all_three_losses_by_the_smoothed_values():
-    from fcos_d2.losses import EMANormaliser
+    from fcos_d2.modeling.losses import EMANormaliser
 
     logits = torch.randn(1, 4, K)
     plain = _two_positive_losses(logits, loc_weighting="none")  # divides by 2 positives

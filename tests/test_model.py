@@ -11,7 +11,7 @@ from detectron2.modeling import build_model
 from detectron2.structures import Boxes, Instances
 
 from fcos_d2 import add_fcos_config
-from fcos_d2.layers import DeformConv2d
+from fcos_d2.modeling.layers import DeformConv2d
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL_CONFIGS = sorted(glob.glob(str(REPO / "configs" / "FCOS-*.yaml")))

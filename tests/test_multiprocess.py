@@ -1,6 +1,6 @@
 """Data-parallel training computes what one process computes on the whole batch.
 
-Two CPU workers (fcos_d2.launch, gloo) with one image each, their gradients averaged by
+Two CPU workers (fcos_d2.engine.launch, gloo) with one image each, their gradients averaged by
 DistributedDataParallel as DefaultTrainer does, must give the gradients of one process
 with both images. The images have different numbers of objects, so this holds only if the
 loss normalisers (number of positives, sum of centerness targets) are reduced across the
@@ -17,7 +17,7 @@ from detectron2.structures import Boxes, Instances
 from detectron2.utils import comm
 
 from fcos_d2 import add_fcos_config
-from fcos_d2.launch import launch
+from fcos_d2.engine.launch import launch
 
 REPO = Path(__file__).resolve().parents[1]
 # Per image: (x0, y0, x1, y1, class) of each object. 2 objects, then 1: unequal positives.

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from fcos_d2.postprocess import decode_boxes, postprocess_image, select_level_candidates
+from fcos_d2.modeling.postprocess import decode_boxes, postprocess_image, select_level_candidates
 
 
 def _logit(p: float) -> float:

@@ -9,10 +9,10 @@ import json
 import pytest
 import torch
 
-from fcos_d2.assignment import assign_targets, compute_locations
+from fcos_d2.modeling.assignment import assign_targets, compute_locations
 from fcos_d2.checkpoint import check_matches_model, convert_official_state_dict
-from fcos_d2.losses import fcos_losses
-from fcos_d2.meta_arch import _flatten_levels
+from fcos_d2.modeling.losses import fcos_losses
+from fcos_d2.modeling.meta_arch import _flatten_levels
 from detectron2.modeling import build_model
 
 from reference_case import case_dirs, config_for_case, reference_dir

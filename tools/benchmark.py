@@ -25,8 +25,8 @@ from detectron2.modeling import build_model  # noqa: E402
 from torchvision.models.detection import FCOS as TorchvisionFCOS  # noqa: E402
 from torchvision.models.detection.image_list import ImageList  # noqa: E402
 
-from fcos_d2.assignment import assign_targets, compute_locations, level_size_ranges  # noqa: E402
-from fcos_d2.losses import fcos_losses  # noqa: E402
+from fcos_d2.modeling.assignment import assign_targets, compute_locations, level_size_ranges  # noqa: E402
+from fcos_d2.modeling.losses import fcos_losses  # noqa: E402
 
 STRIDES = [8, 16, 32, 64, 128]
 NUM_CLASSES = 80

@@ -6,7 +6,7 @@ Usage:
 
 With --config-file, the result is also checked against the model that config builds:
 every parameter must be filled and none left over (the key mapping is in the README and
-in fcos_d2/checkpoint.py).
+in fcos_d2/checkpoint/official.py).
 """
 import argparse
 import sys

@@ -5,7 +5,7 @@ Usage:
     python tools/export_onnx.py --config-file configs/FCOS-R50.yaml --height 800 --width 1216 \
         --output fcos.onnx MODEL.WEIGHTS model_final.pth
 
-Inputs/outputs of the graph: see fcos_d2/export.py (``images`` (N, 3, H, W) float pixels in
+Inputs/outputs of the graph: see fcos_d2/export/dense.py (``images`` (N, 3, H, W) float pixels in
 INPUT.FORMAT; ``boxes`` (N, R, 4) and ``scores`` (N, R, K)).
 """
 import argparse

@@ -12,9 +12,9 @@ from typing import Tuple
 import torch
 from torch import Tensor, nn
 
-from .assignment import compute_locations
-from .meta_arch import FCOS, _flatten_levels
-from .postprocess import decode_boxes
+from ..modeling.assignment import compute_locations
+from ..modeling.meta_arch import FCOS, _flatten_levels
+from ..modeling.postprocess import decode_boxes
 
 
 class FCOSDenseOutputs(nn.Module):

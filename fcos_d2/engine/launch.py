@@ -20,7 +20,7 @@ import torch.multiprocessing as mp
 from detectron2.engine import launch as d2_launch
 from detectron2.utils import comm
 
-from . import compat
+from .. import compat
 
 __all__ = ["DEFAULT_TIMEOUT", "launch"]
 
