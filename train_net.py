@@ -24,6 +24,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from fcos_d2 import add_fcos_config, compat
 from fcos_d2.data import prepare_dataset
+from fcos_d2.data.boxes import filter_invalid_boxes_on_load
 from fcos_d2.data.mapper import FCOSDatasetMapper
 from fcos_d2.data.register import check_num_classes, register_coco_dataset
 from fcos_d2.evaluation import append_summaries, expected_results_verdict, iterations_trained
@@ -50,7 +51,10 @@ class Trainer(DefaultTrainer):
 
     @classmethod
     def build_train_loader(cls, cfg):
-        """detectron2's loader with FCOSDatasetMapper (16-bit images, errors naming the file)."""
+        """detectron2's loader with FCOSDatasetMapper (16-bit images, errors naming the file),
+        on datasets whose invalid boxes are dropped (fcos_d2.data.boxes)."""
+        for name in cfg.DATASETS.TRAIN:
+            filter_invalid_boxes_on_load(name)
         return build_detection_train_loader(cfg, mapper=FCOSDatasetMapper(cfg, is_train=True))
 
     @classmethod
