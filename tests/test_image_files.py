@@ -4,6 +4,7 @@ is an error naming it and its image id."""
 import numpy as np
 import pytest
 import torch
+from detectron2.data.detection_utils import SizeMismatchError
 from PIL import Image
 
 from fcos_d2.data.images import UnreadableImageError, read_image
@@ -50,6 +51,18 @@ def test_exif_rotated_jpeg_loads_as_displayed(tmp_path, orientation, white_corne
     white = np.zeros((24, 16), dtype=bool)
     white[white_corner] = True
     assert image[white].min() > 200 and image[~white].max() < 55
+
+
+def test_exif_rotated_jpeg_annotated_as_stored_is_an_error_that_says_so(tmp_path):
+    picture = Image.fromarray(upright_test_card())  # 24 wide, 16 high as stored
+    exif = picture.getexif()
+    exif[274] = 6
+    picture.save(tmp_path / "photo.jpg", exif=exif)
+    mapper = FCOSDatasetMapper(is_train=False, augmentations=[], image_format="BGR")
+    with pytest.raises(SizeMismatchError, match=r"photo.jpg, got \(16, 24\), expect \(24, 16\).* "
+                       r"\(image id 3\) Width and height are swapped: .* EXIF orientation"):
+        mapper({"file_name": str(tmp_path / "photo.jpg"), "image_id": 3, "width": 24,
+                "height": 16})
 
 
 def test_grayscale_png_is_replicated_into_the_three_channels(tmp_path):

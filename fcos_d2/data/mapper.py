@@ -2,7 +2,9 @@
 ``DatasetMapper`` reading images with ``fcos_d2.data.images.read_image``.
 
 That reader scales 16-bit PNGs to 8 bits (detectron2 clips them to white) and names the
-file and image id of a file it cannot decode. Everything else is ``DatasetMapper``'s:
+file and image id of a file it cannot decode; an image whose width and height are swapped
+with respect to its annotation (an EXIF-rotated photo annotated as stored) gets an error
+that says so. Everything else is ``DatasetMapper``'s:
 ``from_config``, augmentations, box (and, where enabled, mask and keypoint) annotations,
 precomputed proposals. Semantic segmentation ("sem_seg_file_name") is not read: FCOS has
 no use for it.
@@ -32,7 +34,7 @@ class FCOSDatasetMapper(DatasetMapper):
         dataset_dict = copy.deepcopy(dataset_dict)  # modified below
         image = read_image(dataset_dict["file_name"], format=self.image_format,
                            image_id=dataset_dict.get("image_id"))
-        utils.check_image_size(dataset_dict, image)
+        _check_image_size(dataset_dict, image)
         aug_input = T.AugInput(image)
         transforms = self.augmentations(aug_input)
         image = aug_input.image
@@ -65,3 +67,19 @@ class FCOSDatasetMapper(DatasetMapper):
         if self.recompute_boxes:  # tight boxes of the masks after cropping
             instances.gt_boxes = instances.gt_masks.get_bounding_boxes()
         return utils.filter_empty_instances(instances)
+
+
+def _check_image_size(dataset_dict: dict, image: np.ndarray) -> None:
+    """detectron2's ``check_image_size``, saying what to do when width and height are
+    swapped: the sign of an EXIF-rotated photo annotated as stored."""
+    try:
+        utils.check_image_size(dataset_dict, image)
+    except utils.SizeMismatchError as e:
+        if (dataset_dict.get("width"), dataset_dict.get("height")) != image.shape[:2]:
+            raise
+        raise utils.SizeMismatchError(
+            f"{e} (image id {dataset_dict.get('image_id')}) Width and height are swapped: the "
+            "file's EXIF orientation turns it by 90 degrees, and images are loaded as "
+            "displayed. If the annotations describe the stored, unturned pixels, remove the "
+            "EXIF orientation tag from the file; if they describe the displayed image, correct "
+            "its width and height in the annotation file.") from e
