@@ -2,8 +2,9 @@
 
 A box is dropped when a coordinate is NaN or infinite, when its width or height is zero or
 negative, or when it lies entirely outside its image (no area in common with
-[0, width] x [0, height]). Each dataset load that drops boxes logs one warning: how many,
-for which reason, and the first one (image file, image id and box as stored).
+[0, width] x [0, height]). A load that drops boxes logs one warning (the same warning only
+once per process): how many, for which reason, and the first one (image file, image id and
+box as stored).
 
 ``drop_invalid_boxes`` is the pure function; ``filter_invalid_boxes_on_load`` wraps a
 registered dataset's loader with it, so every ``DatasetCatalog.get`` (hence training) only
@@ -19,11 +20,10 @@ from typing import Callable, List, Sequence, Tuple
 import numpy as np
 from detectron2.data import DatasetCatalog
 from detectron2.structures import BoxMode
+from detectron2.utils.logger import log_first_n
 
 __all__ = ["BOX_DEFECTS", "box_defects", "drop_invalid_boxes", "dropping_invalid_boxes",
            "filter_invalid_boxes_on_load"]
-
-logger = logging.getLogger(__name__)
 
 # The reasons a box is dropped, in the order they are checked (a box counts under the first).
 BOX_DEFECTS = ("with non-finite coordinates", "with zero or negative size",
@@ -77,14 +77,16 @@ def drop_invalid_boxes(dataset_dicts: List[dict], dataset_name: str) -> List[dic
     owners, annotations = _annotations(dataset_dicts)
     if not annotations:
         return dataset_dicts
-    boxes = np.array([_coordinates(a.get("bbox")) for a in annotations], dtype=float)  # (A, 4)
-    modes = np.array([int(a.get("bbox_mode", BoxMode.XYWH_ABS)) for a in annotations])
-    sizes = np.array([_image_size(dataset_dicts[i]) for i in owners], dtype=float)  # (A, 2)
-    defects = box_defects(boxes, modes, sizes)
+    modes = np.fromiter((a.get("bbox_mode", BoxMode.XYWH_ABS) for a in annotations),
+                        dtype=np.int64, count=len(annotations))  # (A,)
+    image_sizes = np.array([_image_size(d) for d in dataset_dicts], dtype=float)  # (N, 2)
+    defects = box_defects(_boxes(annotations), modes, image_sizes[owners])
     bad = np.flatnonzero(defects >= 0)
     if not len(bad):
         return dataset_dicts
-    logger.warning(_report(dataset_name, dataset_dicts, owners, annotations, defects, bad))
+    # Once per message: train_net loads a dataset twice (class count check, then loader).
+    log_first_n(logging.WARNING, _report(dataset_name, dataset_dicts, owners, annotations,
+                                         defects, bad), name=__name__, key="message")
     dropped = {id(annotations[i]) for i in bad}
     touched = {owners[i] for i in bad}
     return [dict(d, annotations=[a for a in d["annotations"] if id(a) not in dropped])
@@ -124,6 +126,17 @@ def _annotations(dataset_dicts: Sequence[dict]) -> Tuple[List[int], List[dict]]:
                 owners.append(index)
                 annotations.append(annotation)
     return owners, annotations
+
+
+def _boxes(annotations: Sequence[dict]) -> np.ndarray:
+    """(A, 4) float boxes; NaN where a coordinate is missing or not a number."""
+    try:  # fast when every box is four numbers (None becomes NaN)
+        boxes = np.array([a["bbox"] for a in annotations], dtype=float)
+        if boxes.shape == (len(annotations), 4):
+            return boxes
+    except (TypeError, ValueError):
+        pass
+    return np.array([_coordinates(a["bbox"]) for a in annotations], dtype=float)
 
 
 def _coordinates(bbox) -> List[float]:
