@@ -35,8 +35,9 @@ logger = logging.getLogger("fcos_d2")
 
 
 class Trainer(DefaultTrainer):
-    """DefaultTrainer with COCO box evaluation, a summary.txt per evaluation, and
-    optionally no evaluation after the last iteration (``skip_final_eval``)."""
+    """DefaultTrainer with COCO box evaluation, a summary.txt per evaluation, data loaders
+    that use FCOSDatasetMapper and drop invalid boxes, and optionally no evaluation after the
+    last iteration (``skip_final_eval``)."""
 
     def __init__(self, cfg, skip_final_eval: bool = False):
         self.skip_final_eval = skip_final_eval  # read by build_hooks, in super().__init__

@@ -11,7 +11,7 @@ registered dataset's loader with it, so every ``DatasetCatalog.get`` (hence trai
 sees the valid boxes. Only the dataset dicts change: an evaluator that reads the original
 annotation file (COCOEvaluator with ``json_file``) still scores against it.
 
-Symbols: A = annotations of a dataset (all images together).
+Symbols: N = images of a dataset, A = their annotations that have a box, all together.
 """
 import functools
 import logging
