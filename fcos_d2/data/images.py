@@ -5,12 +5,13 @@ What each kind of file becomes (``read_image(..., format="BGR")``, (H, W, 3) uin
 * EXIF orientation (JPEG tag 274, values 2-8): applied, so the array is the image as
   viewers display it; annotations must describe that (rotated) image.
 * grayscale ("L", "1"): the gray value in all three channels.
-* RGBA, LA, PA: the alpha channel is dropped (not composited): colours as stored.
+* RGBA, LA (and palette transparency): the alpha is dropped (not composited): colours as
+  stored.
 * palette ("P"): the palette's colours.
 * 16-bit grayscale PNG (Pillow modes "I;16*", or "I"): scaled from 0..65535 to 0..255,
   v -> round(v * 255 / 65535), so 65535 -> 255 and 32768 -> 128. detectron2's
   ``read_image`` clips them instead: every value from 255 up turns white.
-* 16-bit RGB(A) PNGs: Pillow keeps the high byte, which is the same scaling.
+* 16-bit RGB(A) PNGs: Pillow keeps the high byte, nearly the same scaling.
 
 A file that cannot be decoded (corrupt, truncated, not an image) raises
 ``UnreadableImageError`` naming the file, the image id when known, and what is wrong.
