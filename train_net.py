@@ -14,7 +14,8 @@ import fcos_d2  # noqa: F401  (first: detectron2 v0.6 shims; registers FCOS and 
 import torch
 from detectron2.checkpoint import DetectionCheckpointer
 from detectron2.config import get_cfg
-from detectron2.data import MetadataCatalog
+from detectron2.data import (MetadataCatalog, build_detection_test_loader,
+                             build_detection_train_loader)
 from detectron2.engine import DefaultTrainer, default_argument_parser, default_setup, hooks
 from detectron2.evaluation import COCOEvaluator, verify_results
 from detectron2.utils import comm
@@ -23,6 +24,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from fcos_d2 import add_fcos_config, compat
 from fcos_d2.data import prepare_dataset
+from fcos_d2.data.boxes import filter_invalid_boxes_on_load
+from fcos_d2.data.mapper import FCOSDatasetMapper
 from fcos_d2.data.register import check_num_classes, register_coco_dataset
 from fcos_d2.evaluation import append_summaries, expected_results_verdict, iterations_trained
 from fcos_d2.engine.launch import launch
@@ -32,8 +35,9 @@ logger = logging.getLogger("fcos_d2")
 
 
 class Trainer(DefaultTrainer):
-    """DefaultTrainer with COCO box evaluation, a summary.txt per evaluation, and
-    optionally no evaluation after the last iteration (``skip_final_eval``)."""
+    """DefaultTrainer with COCO box evaluation, a summary.txt per evaluation, data loaders
+    that use FCOSDatasetMapper and drop invalid boxes, and optionally no evaluation after the
+    last iteration (``skip_final_eval``)."""
 
     def __init__(self, cfg, skip_final_eval: bool = False):
         self.skip_final_eval = skip_final_eval  # read by build_hooks, in super().__init__
@@ -45,6 +49,19 @@ class Trainer(DefaultTrainer):
         # Without detectron2's C++ extension, COCOEvaluator must use pycocotools' COCOeval.
         return COCOEvaluator(dataset_name, tasks=("bbox",), use_fast_impl=compat.HAS_D2_EXTENSION,
                              output_dir=os.path.join(cfg.OUTPUT_DIR, "inference", dataset_name))
+
+    @classmethod
+    def build_train_loader(cls, cfg):
+        """detectron2's loader with FCOSDatasetMapper (16-bit images, errors naming the file),
+        on datasets whose invalid boxes are dropped (fcos_d2.data.boxes)."""
+        for name in cfg.DATASETS.TRAIN:
+            filter_invalid_boxes_on_load(name)
+        return build_detection_train_loader(cfg, mapper=FCOSDatasetMapper(cfg, is_train=True))
+
+    @classmethod
+    def build_test_loader(cls, cfg, dataset_name):
+        return build_detection_test_loader(cfg, dataset_name,
+                                           mapper=FCOSDatasetMapper(cfg, is_train=False))
 
     @classmethod
     def test(cls, cfg, model, evaluators=None, iterations=None):

@@ -17,11 +17,11 @@ import numpy as np
 import torch
 from detectron2.config import get_cfg
 from detectron2.data import MetadataCatalog
-from detectron2.data.detection_utils import read_image
 from detectron2.engine import DefaultPredictor
 from detectron2.utils.logger import setup_logger
 
 from fcos_d2 import add_fcos_config
+from fcos_d2.data.images import read_image
 from fcos_d2.visualization import save_detections
 
 logger = logging.getLogger("fcos_d2.demo")

@@ -16,11 +16,12 @@ from typing import Iterable, List, Optional, Sequence
 import numpy as np
 import torch
 from PIL import Image
-from detectron2.data import detection_utils
 from detectron2.evaluation import inference_context
 from detectron2.structures import Instances
 from detectron2.utils.file_io import PathManager
 from detectron2.utils.visualizer import Visualizer
+
+from .data.images import read_image
 
 __all__ = ["detections_to_dicts", "draw_detections", "save_detections",
            "save_loader_predictions"]
@@ -114,7 +115,7 @@ def save_loader_predictions(model: torch.nn.Module, data_loader: Iterable[List[d
                 break
             for item, output in zip(inputs[:max_images - saved], model(inputs)):
                 instances = output["instances"].to("cpu")
-                image = detection_utils.read_image(item["file_name"], format="RGB")
+                image = read_image(item["file_name"], format="RGB", image_id=item.get("image_id"))
                 name = os.path.splitext(os.path.basename(item["file_name"]))[0]
                 written += save_detections(image, instances[instances.scores >= score_threshold],
                                            metadata, output_dir, name, item["file_name"])

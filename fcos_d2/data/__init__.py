@@ -1,9 +1,14 @@
-"""Datasets: the built-in synthetic shapes set and custom COCO-format datasets.
+"""Datasets: the built-in synthetic shapes set, custom COCO-format datasets, invalid boxes
+dropped at loading (``boxes``), and the image reader and mapper of the data loaders
+(``images``, ``mapper``).
 
 Importing this package registers ``synthetic_shapes_train`` and ``synthetic_shapes_val``
 with detectron2 (nothing is generated until they are first loaded or prepared).
 """
 from . import synthetic
+from .boxes import drop_invalid_boxes, filter_invalid_boxes_on_load
+from .images import UnreadableImageError, read_image
+from .mapper import FCOSDatasetMapper
 from .register import check_num_classes, register_coco_dataset
 from .synthetic import ensure_synthetic_shapes
 
@@ -11,8 +16,9 @@ from .synthetic import ensure_synthetic_shapes
 # import (or a reload) is harmless.
 synthetic.register_synthetic_shapes()
 
-__all__ = ["check_num_classes", "ensure_synthetic_shapes", "prepare_dataset",
-           "register_coco_dataset"]
+__all__ = ["FCOSDatasetMapper", "UnreadableImageError", "check_num_classes",
+           "drop_invalid_boxes", "ensure_synthetic_shapes", "filter_invalid_boxes_on_load",
+           "prepare_dataset", "read_image", "register_coco_dataset"]
 
 
 def prepare_dataset(name: str) -> None:

@@ -11,11 +11,14 @@ from typing import Iterable, List, Union
 from detectron2.data import DatasetCatalog, MetadataCatalog
 from detectron2.data.datasets import load_coco_json, register_coco_instances
 
+from .boxes import dropping_invalid_boxes
+
 
 def register_coco_dataset(name: str, json_file: str, image_root: str) -> None:
     """Registers a COCO-format dataset under `name`, checking its paths first.
 
-    Loading it (``DatasetCatalog.get(name)``) also checks that every image it lists exists.
+    Loading it (``DatasetCatalog.get(name)``) also checks that every image it lists exists,
+    and drops the boxes that cannot be trained on (``fcos_d2.data.boxes``) with a warning.
 
     Args:
         name: the new dataset name, used in ``DATASETS.TRAIN`` / ``DATASETS.TEST``.
@@ -34,11 +37,12 @@ def register_coco_dataset(name: str, json_file: str, image_root: str) -> None:
     if not os.path.isdir(image_root):
         raise FileNotFoundError(f"dataset '{name}': image directory {image_root} not found")
     # register_coco_instances sets the metadata COCOEvaluator reads (json_file, image_root,
-    # evaluator_type); its loader is then swapped for one that also checks the image files.
+    # evaluator_type); its loader is then swapped for one that also checks the image files
+    # and drops the boxes that cannot be trained on.
     register_coco_instances(name, {}, json_file, image_root)
     DatasetCatalog.remove(name)
-    DatasetCatalog.register(
-        name, functools.partial(load_checked_coco_json, name, json_file, image_root))
+    DatasetCatalog.register(name, dropping_invalid_boxes(
+        name, functools.partial(load_checked_coco_json, name, json_file, image_root)))
 
 
 def load_checked_coco_json(name: str, json_file: str, image_root: str) -> List[dict]:
