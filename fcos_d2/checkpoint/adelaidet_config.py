@@ -85,12 +85,21 @@ def translate_fcos_options(adet: Dict[str, Any]) -> Tuple[Dict[str, Any], List[s
     "TEST.DETECTIONS_PER_IMAGE", errors, warnings); see the module docstring."""
     o = {**ADELAIDET_FCOS_DEFAULTS, **adet}
     ours = {k: o[k] for k in _SAME_NAME}
-    errors, warnings = [], []
     ours.update(NORM_REG_TARGETS=True, CENTERNESS_ON_REG=True, REG_ACTIVATION="relu",
                 IOU_LOSS_SMOOTH=1.0, LOC_LOSS_WEIGHTING="centerness", NMS_TH_TEST=o["NMS_TH"],
                 FOCAL_LOSS_ALPHA=o["LOSS_ALPHA"], FOCAL_LOSS_GAMMA=o["LOSS_GAMMA"],
                 CENTER_SAMPLING_RADIUS=o["POS_RADIUS"] if o["CENTER_SAMPLE"] else 0.0)
     ours["TEST.DETECTIONS_PER_IMAGE"] = o["POST_NMS_TOPK_TEST"]
+    errors = _translate_architecture(o, ours)
+    warnings = _translate_training_and_inference(o, ours, errors)
+    unknown = sorted(set(adet) - set(ADELAIDET_FCOS_DEFAULTS))
+    errors += [f"{key}: not an AdelaiDet FCOS option this translation knows" for key in unknown]
+    return ours, errors, warnings
+
+
+def _translate_architecture(o: Dict[str, Any], ours: Dict[str, Any]) -> List[str]:
+    """Towers, norms, levels: sets ``ours``; returns the errors."""
+    errors = []
     if o["NUM_CLS_CONVS"] != o["NUM_BOX_CONVS"]:
         errors.append(f"NUM_CLS_CONVS {o['NUM_CLS_CONVS']} != NUM_BOX_CONVS {o['NUM_BOX_CONVS']}:"
                       " fcos-d2's towers have one depth (MODEL.FCOS.NUM_CONVS)")
@@ -104,6 +113,19 @@ def translate_fcos_options(adet: Dict[str, Any]) -> Tuple[Dict[str, Any], List[s
         errors.append(f"NORM {o['NORM']!r}: AdelaiDet keeps one norm per level, fcos-d2 one "
                       "norm for all levels")
     ours["NORM"] = norms.get(o["NORM"], "GN")
+    strides = [2 ** int(f[1:]) if f[:1] == "p" and f[1:].isdigit() else None
+               for f in o["IN_FEATURES"]]
+    if list(o["FPN_STRIDES"]) != strides:
+        errors.append(f"FPN_STRIDES {list(o['FPN_STRIDES'])} are not the strides of IN_FEATURES "
+                      f"{list(o['IN_FEATURES'])}")
+    return errors
+
+
+def _translate_training_and_inference(o: Dict[str, Any], ours: Dict[str, Any],
+                                      errors: List[str]) -> List[str]:
+    """Loss normaliser and weights, thresholds, flags: sets ``ours``, appends to ``errors``;
+    returns the warnings."""
+    warnings = []
     normalisers = {"fg": "num_pos", "moving_fg": "ema"}
     if o["LOSS_NORMALIZER_CLS"] not in normalisers:
         errors.append(f"LOSS_NORMALIZER_CLS {o['LOSS_NORMALIZER_CLS']!r}: fcos-d2 normalises "
@@ -115,23 +137,16 @@ def translate_fcos_options(adet: Dict[str, Any]) -> Tuple[Dict[str, Any], List[s
                         "smooths the box and centerness normalisers")
     if o["LOSS_WEIGHT_CLS"] != 1.0:
         errors.append(f"LOSS_WEIGHT_CLS {o['LOSS_WEIGHT_CLS']}: fcos-d2 has no loss weights")
-    if o["THRESH_WITH_CTR"]:
+    if o["THRESH_WITH_CTR"]:  # AdelaiDet: p * ctr > t; fcos-d2: sqrt(p * ctr) > t'
         ours.update(INFERENCE_TH_ON="final_score",
                     INFERENCE_TH_TEST=math.sqrt(o["INFERENCE_TH_TEST"]))
-    strides = [2 ** int(f[1:]) if f[:1] == "p" and f[1:].isdigit() else None
-               for f in o["IN_FEATURES"]]
-    if list(o["FPN_STRIDES"]) != strides:
-        errors.append(f"FPN_STRIDES {list(o['FPN_STRIDES'])} are not the strides of IN_FEATURES "
-                      f"{list(o['IN_FEATURES'])}")
     if o["BOX_QUALITY"] != "ctrness":
         warnings.append(f"BOX_QUALITY {o['BOX_QUALITY']!r}: inference is the same, but fcos-d2 "
                         "trains that branch to predict centerness")
     for key in ("YIELD_PROPOSAL", "YIELD_BOX_FEATURES"):
         if o[key]:
             warnings.append(f"{key}: only models built on FCOS use it; the detector ignores it")
-    unknown = sorted(set(adet) - set(ADELAIDET_FCOS_DEFAULTS))
-    errors += [f"{key}: not an AdelaiDet FCOS option this translation knows" for key in unknown]
-    return ours, errors, warnings
+    return warnings
 
 
 def _pop_adelaidet_only_keys(raw: Dict[str, Any], errors: List[str]) -> Dict[str, Any]:
@@ -186,9 +201,14 @@ def fcos_d2_config_from_adelaidet(path: str) -> Tuple[CfgNode, List[str]]:
     overrides.update({f"MODEL.FCOS.{k}": v for k, v in fcos.items()})
     overrides.update({"MODEL.META_ARCHITECTURE": "FCOS",
                       "MODEL.BACKBONE.NAME": "build_fcos_resnet_fpn_backbone"})
-    for key, value in overrides.items():
-        node, leaf = cfg, key.split(".")
-        for part in leaf[:-1]:
-            node = node[part]
-        node[leaf[-1]] = value
+    _set_keys(cfg, overrides)
     return cfg, [f"{path}: MODEL.FCOS.{w}" for w in warnings]
+
+
+def _set_keys(cfg: CfgNode, values: Dict[str, Any]) -> None:
+    """Sets each dotted key of ``values`` ("MODEL.FCOS.NORM") in ``cfg``."""
+    for key, value in values.items():
+        node, parts = cfg, key.split(".")
+        for part in parts[:-1]:
+            node = node[part]
+        node[parts[-1]] = value
