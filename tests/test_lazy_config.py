@@ -148,3 +148,12 @@ def test_lazyconfig_train_net_trains_the_quickstart_config_and_evaluates_it(tmp_
         ["--config-file", get_config_file("lazy/quickstart.py"), "--eval-only", *tiny,
          f"train.init_checkpoint={output / 'model_final.pth'}"]))
     assert results["bbox"]["AP"] == pytest.approx(final_ap[0], abs=1e-9)
+
+
+def test_get_config_file_finds_configs_from_anywhere_and_names_a_missing_one(tmp_path,
+                                                                             monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert Path(get_config_file("lazy/quickstart.py")) == REPO / "configs/lazy/quickstart.py"
+    with pytest.raises(FileNotFoundError, match=r"'FCOS-R51.yaml' not found: no file .*"
+                                                r"configs/FCOS-R51.yaml .*pip install -e"):
+        get_config_file("FCOS-R51.yaml")
