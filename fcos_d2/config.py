@@ -4,7 +4,28 @@ Defaults are the improved FCOS ("imprv": center sampling, GIoU loss, normalized 
 targets, centerness on the regression branch, P6/P7 from P5), which the official repo
 reports at 38.7 COCO AP for R-50 1x.
 """
+from pathlib import Path
+
 from detectron2.config import CfgNode as CN
+
+# The configs/ folder of the source checkout fcos_d2 is imported from (pip install -e).
+CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"
+
+
+def get_config_file(name: str) -> str:
+    """The path of one of fcos-d2's configs, e.g. ``"FCOS-R50.yaml"`` or
+    ``"lazy/fcos_R_50_FPN_1x.py"``, usable from any working directory.
+
+    Raises:
+        FileNotFoundError: naming the path; configs/ ships with the source checkout, so
+            fcos-d2 must be installed from it (``pip install -e path/to/fcos-d2``).
+    """
+    path = CONFIGS_DIR / name
+    if not path.is_file():
+        raise FileNotFoundError(f"fcos-d2 config '{name}' not found: no file {path} (configs/ "
+                                "ships with the source checkout: install fcos-d2 with "
+                                "`pip install -e path/to/fcos-d2`)")
+    return str(path)
 
 
 def add_fcos_config(cfg: CN) -> None:

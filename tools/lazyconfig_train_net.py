@@ -1,0 +1,112 @@
+#!/usr/bin/env python
+"""Trains and evaluates a LazyConfig (a Python config file) of FCOS, in the manner of
+detectron2's tools/lazyconfig_train_net.py.
+
+    python tools/lazyconfig_train_net.py --config-file configs/lazy/fcos_R_50_FPN_1x.py --num-gpus 8
+    python tools/lazyconfig_train_net.py --config-file configs/lazy/quickstart.py \
+        train.max_iter=100 dataloader.train.total_batch_size=4
+    python tools/lazyconfig_train_net.py --config-file configs/lazy/quickstart.py --eval-only \
+        train.init_checkpoint=output/quickstart_lazy/model_final.pth
+
+The config provides the nodes of detectron2's LazyConfigs: ``model``, ``dataloader.train``,
+``dataloader.test``, ``dataloader.evaluator``, ``optimizer`` (its ``params.model`` is set
+here), ``lr_multiplier`` and ``train`` (output_dir, init_checkpoint, max_iter, amp, ddp,
+checkpointer, eval_period, log_period, device). Overrides are ``key=value``.
+"""
+import logging
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import fcos_d2  # noqa: E402,F401  (first: detectron2 v0.6 shims; registers FCOS and datasets)
+import torch  # noqa: E402
+from detectron2.checkpoint import DetectionCheckpointer  # noqa: E402
+from detectron2.config import LazyConfig, instantiate  # noqa: E402
+from detectron2.engine import (AMPTrainer, SimpleTrainer, create_ddp_model,  # noqa: E402
+                               default_argument_parser, default_setup, default_writers, hooks)
+from detectron2.evaluation import inference_on_dataset, print_csv_format  # noqa: E402
+from detectron2.utils import comm  # noqa: E402
+
+from fcos_d2.data import prepare_dataset  # noqa: E402
+from fcos_d2.engine.launch import launch  # noqa: E402
+
+logger = logging.getLogger("fcos_d2")
+
+
+def do_test(cfg, model):
+    """Evaluates ``model`` on ``dataloader.test`` with ``dataloader.evaluator``."""
+    if "evaluator" not in cfg.dataloader:
+        return {}
+    prepare_dataset(cfg.dataloader.evaluator.dataset_name)  # COCOEvaluator reads its json
+    results = inference_on_dataset(model, instantiate(cfg.dataloader.test),
+                                   instantiate(cfg.dataloader.evaluator))
+    if comm.is_main_process():
+        print_csv_format(results)
+    return results
+
+
+def _ddp_model(model, cfg):
+    ddp = dict(cfg.train.ddp)
+    if cfg.train.device == "cpu":  # DistributedDataParallel takes no device ids on the CPU
+        ddp["device_ids"] = None
+    return create_ddp_model(model, **ddp)
+
+
+def do_train(args, cfg) -> None:
+    """Builds model, optimizer, data and hooks from ``cfg``, then trains to train.max_iter."""
+    model = instantiate(cfg.model).to(cfg.train.device)
+    logger.info("Model:\n%s", model)
+    cfg.optimizer.params.model = model
+    optimizer = instantiate(cfg.optimizer)
+    train_loader = instantiate(cfg.dataloader.train)
+    model = _ddp_model(model, cfg)
+    trainer = (AMPTrainer if cfg.train.amp.enabled else SimpleTrainer)(model, train_loader,
+                                                                       optimizer)
+    checkpointer = DetectionCheckpointer(model, cfg.train.output_dir, trainer=trainer)
+    main_process = comm.is_main_process()
+    trainer.register_hooks([
+        hooks.IterationTimer(),
+        hooks.LRScheduler(scheduler=instantiate(cfg.lr_multiplier)),
+        hooks.PeriodicCheckpointer(checkpointer, **cfg.train.checkpointer) if main_process
+        else None,
+        hooks.EvalHook(cfg.train.eval_period, lambda: do_test(cfg, model)),
+        hooks.PeriodicWriter(default_writers(cfg.train.output_dir, cfg.train.max_iter),
+                             period=cfg.train.log_period) if main_process else None,
+    ])
+    checkpointer.resume_or_load(cfg.train.init_checkpoint, resume=args.resume)
+    start_iter = trainer.iter + 1 if args.resume and checkpointer.has_checkpoint() else 0
+    trainer.train(start_iter, cfg.train.max_iter)
+
+
+def setup(args):
+    """Loads the config, applies the ``key=value`` overrides, falls back to the CPU."""
+    cfg = LazyConfig.load(args.config_file)
+    cfg = LazyConfig.apply_overrides(cfg, args.opts)
+    fallback = ""
+    if cfg.train.device.startswith("cuda") and not torch.cuda.is_available():
+        fallback = f"CUDA is not available: train.device {cfg.train.device} -> cpu"
+        if cfg.train.amp.enabled:
+            fallback += ", train.amp.enabled -> False (detectron2's AMP needs CUDA)"
+        cfg.train.device, cfg.train.amp.enabled = "cpu", False
+    default_setup(cfg, args)
+    if fallback:
+        logger.warning(fallback)
+    return cfg
+
+
+def main(args):
+    cfg = setup(args)
+    if args.eval_only:
+        model = instantiate(cfg.model).to(cfg.train.device)
+        model = _ddp_model(model, cfg)
+        DetectionCheckpointer(model).load(cfg.train.init_checkpoint)
+        return do_test(cfg, model)
+    do_train(args, cfg)
+    return None
+
+
+if __name__ == "__main__":
+    args = default_argument_parser().parse_args()
+    launch(main, args.num_gpus, num_machines=args.num_machines, machine_rank=args.machine_rank,
+           dist_url=args.dist_url, args=(args,))
