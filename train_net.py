@@ -12,7 +12,6 @@ import os
 
 import fcos_d2  # noqa: F401  (first: detectron2 v0.6 shims; registers FCOS and datasets)
 import torch
-from detectron2.checkpoint import DetectionCheckpointer
 from detectron2.config import get_cfg
 from detectron2.data import MetadataCatalog
 from detectron2.engine import DefaultTrainer, default_argument_parser, default_setup, hooks
@@ -22,6 +21,7 @@ from detectron2.utils.logger import setup_logger
 from torch.nn.parallel import DistributedDataParallel
 
 from fcos_d2 import add_fcos_config, compat
+from fcos_d2.checkpoint import FCOSCheckpointer
 from fcos_d2.data import prepare_dataset
 from fcos_d2.data.register import check_num_classes, register_coco_dataset
 from fcos_d2.evaluation import append_summaries, expected_results_verdict, iterations_trained
@@ -60,6 +60,11 @@ class Trainer(DefaultTrainer):
         return results
 
     def build_hooks(self):
+        # DefaultTrainer.__init__ made self.checkpointer just before; the checkpoint hook
+        # must get this one (atomic saves; see fcos_d2/checkpoint/checkpointer.py).
+        self.checkpointer = FCOSCheckpointer.from_config(
+            self.cfg, self.checkpointer.model, self.cfg.OUTPUT_DIR, reinit_mismatched=True,
+            **self.checkpointer.checkpointables)
         hook_list = super().build_hooks()
         if self.skip_final_eval:  # the same evaluation function (EvalHook._func in v0.6 and
             # main), in a hook that skips the evaluation after the last iteration
@@ -102,7 +107,7 @@ def main(args):
     cfg = setup(args)
     if args.eval_only:
         model = Trainer.build_model(cfg)
-        checkpoint = DetectionCheckpointer(model, save_dir=cfg.OUTPUT_DIR).resume_or_load(
+        checkpoint = FCOSCheckpointer.from_config(cfg, model, cfg.OUTPUT_DIR).resume_or_load(
             cfg.MODEL.WEIGHTS, resume=args.resume)
         iteration = checkpoint.get("iteration")  # the 0-based iteration the weights are from
         results = Trainer.test(cfg, model, iterations=None if iteration is None else iteration + 1)
