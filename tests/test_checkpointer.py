@@ -183,7 +183,8 @@ def test_fine_tuning_keeps_fresh_layers_where_shapes_differ_and_names_them(tmp_p
     assert torch.equal(fresh[2].weight, fresh_last)  # kept its initialisation
     assert fresh[0].weight.eq(9.0).all() and fresh[1].weight.eq(9.0).all()  # loaded
     warning = next(r.getMessage() for r in caplog.records if "fresh" in r.getMessage())
-    assert "1 layers keep" in warning and "2.weight (5, 4, 1, 1) in the weights" in warning
+    assert "1 layers keep their fresh initialisation (2)" in warning
+    assert "2.weight (5, 4, 1, 1) in the weights, (3, 4, 1, 1) in the model" in warning
 
 
 def test_resuming_is_strict_even_for_a_fine_tuning_trainer(tmp_path):

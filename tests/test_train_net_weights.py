@@ -81,6 +81,6 @@ def test_the_trainer_saves_through_fcos_checkpointer_and_fine_tunes_with_fresh_l
     assert torch.equal(head.cls_tower[0].weight, given["head.cls_tower.0.weight"])
     assert torch.equal(head.cls_logits.weight, fresh_classifier)
     warning = next(r.getMessage() for r in caplog.records if "fresh" in r.getMessage())
-    assert "1 layers keep their fresh initialisation" in warning
+    assert "1 layers keep their fresh initialisation (head.cls_logits)" in warning
     assert "head.cls_logits.weight (3, 64, 3, 3) in the weights, (6, 64, 3, 3) in the " \
            "model" in warning

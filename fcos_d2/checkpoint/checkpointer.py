@@ -182,7 +182,8 @@ class FCOSCheckpointer(DetectionCheckpointer):
 
     def _load_model(self, checkpoint: Dict[str, Any]):
         """DetectionCheckpointer's loading, then the shape policy of the module docstring."""
-        fresh = {k: v.clone() for k, v in self.model.state_dict().items()} \
+        # a copy on the CPU of what the model holds now, to restore the layers that differ
+        fresh = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()} \
             if self._fine_tuning else {}
         incompatible = super()._load_model(checkpoint)
         shapes = list(incompatible.incorrect_shapes)
@@ -205,7 +206,7 @@ class FCOSCheckpointer(DetectionCheckpointer):
         restore = {k: v for k, v in fresh.items() if k.rpartition(".")[0] in layers}
         self.model.load_state_dict(restore, strict=False)
         self.logger.warning(
-            f"Fine-tuning: {len(layers)} layers keep their fresh initialisation because "
-            f"the weights' shapes differ: " + "; ".join(
+            f"Fine-tuning: {len(layers)} layers keep their fresh initialisation "
+            f"({', '.join(layers)}) because the weights' shapes differ: " + "; ".join(
                 f"{key} {tuple(theirs)} in the weights, {tuple(ours)} in the model"
                 for key, theirs, ours in shapes))
