@@ -12,7 +12,6 @@ import os
 
 import fcos_d2  # noqa: F401  (first: detectron2 v0.6 shims; registers FCOS and datasets)
 import torch
-from detectron2.checkpoint import DetectionCheckpointer
 from detectron2.config import get_cfg
 from detectron2.data import (MetadataCatalog, build_detection_test_loader,
                              build_detection_train_loader)
@@ -23,6 +22,7 @@ from detectron2.utils.logger import setup_logger
 from torch.nn.parallel import DistributedDataParallel
 
 from fcos_d2 import add_fcos_config, compat
+from fcos_d2.checkpoint import FCOSCheckpointer
 from fcos_d2.data import prepare_dataset
 from fcos_d2.data.boxes import filter_invalid_boxes_on_load
 from fcos_d2.data.mapper import FCOSDatasetMapper
@@ -77,6 +77,11 @@ class Trainer(DefaultTrainer):
         return results
 
     def build_hooks(self):
+        # DefaultTrainer.__init__ made self.checkpointer just before; the checkpoint hook
+        # must get this one (atomic saves; see fcos_d2/checkpoint/checkpointer.py).
+        self.checkpointer = FCOSCheckpointer.from_config(
+            self.cfg, self.checkpointer.model, self.cfg.OUTPUT_DIR, reinit_mismatched=True,
+            **self.checkpointer.checkpointables)
         hook_list = super().build_hooks()
         if self.skip_final_eval:  # the same evaluation function (EvalHook._func in v0.6 and
             # main), in a hook that skips the evaluation after the last iteration
@@ -119,7 +124,7 @@ def main(args):
     cfg = setup(args)
     if args.eval_only:
         model = Trainer.build_model(cfg)
-        checkpoint = DetectionCheckpointer(model, save_dir=cfg.OUTPUT_DIR).resume_or_load(
+        checkpoint = FCOSCheckpointer.from_config(cfg, model, cfg.OUTPUT_DIR).resume_or_load(
             cfg.MODEL.WEIGHTS, resume=args.resume)
         iteration = checkpoint.get("iteration")  # the 0-based iteration the weights are from
         results = Trainer.test(cfg, model, iterations=None if iteration is None else iteration + 1)

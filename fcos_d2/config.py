@@ -3,7 +3,11 @@
 Defaults are the improved FCOS ("imprv": center sampling, GIoU loss, normalized regression
 targets, centerness on the regression branch, P6/P7 from P5), which the official repo
 reports at 38.7 COCO AP for R-50 1x.
+
+``add_checkpoint_config`` (called by ``add_fcos_config``) adds the keys of MODEL.WEIGHTS'
+loading: ``MODEL.WEIGHTS_ALLOW_PICKLE`` and ``MODEL.WEIGHTS_SHA256``.
 """
+import re
 from pathlib import Path
 
 from detectron2.config import CfgNode as CN
@@ -29,7 +33,9 @@ def get_config_file(name: str) -> str:
 
 
 def add_fcos_config(cfg: CN) -> None:
-    """Adds the ``MODEL.FCOS`` node to ``cfg`` in place. Safe to call twice."""
+    """Adds the ``MODEL.FCOS`` node (and ``add_checkpoint_config``'s keys) to ``cfg`` in
+    place. Safe to call twice."""
+    add_checkpoint_config(cfg)
     if "FCOS" in cfg.MODEL:
         return
     cfg.MODEL.FCOS = _C = CN()
@@ -119,3 +125,27 @@ def add_fcos_config(cfg: CN) -> None:
     _C.PRE_NMS_TOPK_TEST = 1000
     # IoU threshold of the class-wise NMS. The final cut is TEST.DETECTIONS_PER_IMAGE.
     _C.NMS_TH_TEST = 0.6
+
+
+def add_checkpoint_config(cfg: CN) -> None:
+    """Adds the keys of how MODEL.WEIGHTS is loaded (fcos_d2.checkpoint). Safe to call twice."""
+    if "WEIGHTS_ALLOW_PICKLE" not in cfg.MODEL:
+        # Load weights or checkpoints that need plain pickle, i.e. name Python objects other
+        # than tensors, numpy arrays, numbers and strings (old checkpoints holding a config
+        # object, ...). A pickle can run code: only for files you trust. Detectron's .pkl
+        # ImageNet weights and detectron2's checkpoints are data and load without it.
+        cfg.MODEL.WEIGHTS_ALLOW_PICKLE = False
+    if "WEIGHTS_SHA256" not in cfg.MODEL:
+        # Expected sha256 of MODEL.WEIGHTS (local file or URL), or its first >= 6 hex digits;
+        # "" checks URLs named "name-<sha256 prefix>.ext" (torch.hub's convention) only. A
+        # download with another hash is deleted.
+        cfg.MODEL.WEIGHTS_SHA256 = ""
+
+
+def checked_weights_sha256(cfg: CN) -> str:
+    """MODEL.WEIGHTS_SHA256 in lower case, or raises ValueError naming the key."""
+    value = cfg.MODEL.WEIGHTS_SHA256
+    if value and not re.fullmatch(r"[0-9a-fA-F]{6,64}", value):
+        raise ValueError(f"MODEL.WEIGHTS_SHA256: '{value}' is not a sha256 (6 to 64 hex "
+                         f"digits of it); use '' to check nothing")
+    return value.lower()
