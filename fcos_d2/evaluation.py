@@ -4,17 +4,21 @@
 ``<output_dir>/inference/<dataset>/summary.txt``, so that a training run leaves the history
 of its evaluations in one small file. ``expected_results_verdict`` states in one line whether
 ``TEST.EXPECTED_RESULTS`` holds, by the rule of detectron2's ``verify_results``.
+``proposal_recall`` measures how many ground-truth boxes a proposal generator's best
+proposals find.
 """
 import datetime
 import math
 import os
 from typing import Mapping, Optional, Sequence
 
+import torch
+from detectron2.structures import Boxes, pairwise_iou
 from detectron2.utils.events import get_event_storage
 from detectron2.utils.file_io import PathManager
 
 __all__ = ["SUMMARY_METRICS", "append_summaries", "append_summary", "expected_results_verdict",
-           "format_summary", "iterations_trained", "summary_path"]
+           "format_summary", "iterations_trained", "proposal_recall", "summary_path"]
 
 # The COCO box metrics of a summary, in COCOEvaluator's names and order.
 SUMMARY_METRICS = ("AP", "AP50", "AP75", "APs", "APm", "APl")
@@ -127,3 +131,30 @@ def expected_results_verdict(expected_results: Sequence[Sequence], results: Mapp
 
 def _number(value: Optional[float]) -> str:
     return f"{float('nan') if value is None else value:6.2f}"
+
+
+def proposal_recall(proposals: Sequence[torch.Tensor], gt_boxes: Sequence[torch.Tensor], *,
+                    top_k: int = 100, iou_thresh: float = 0.5) -> float:
+    """Recall of the best ``top_k`` proposals per image (e.g. AR@100 at IoU 0.5): the
+    fraction of all ground-truth boxes that overlap one of their image's first ``top_k``
+    proposals with IoU >= ``iou_thresh``. A proposal may cover several boxes.
+
+    Args:
+        proposals: per image, (P, 4) XYXY boxes, best first.
+        gt_boxes: per image, (M, 4) XYXY boxes.
+        top_k: proposals per image that count.
+        iou_thresh: the IoU a box needs with a proposal to count as found.
+
+    Returns:
+        Found boxes over all boxes; NaN when there are no boxes at all.
+    """
+    if len(proposals) != len(gt_boxes):
+        raise ValueError(f"proposal_recall: {len(proposals)} images of proposals but "
+                         f"{len(gt_boxes)} images of ground truth")
+    found, total = 0, 0
+    for boxes, gt in zip(proposals, gt_boxes):
+        total += len(gt)
+        if len(gt) and len(boxes):
+            iou = pairwise_iou(Boxes(gt), Boxes(boxes[:top_k]))  # (M, min(P, top_k))
+            found += int((iou.max(dim=1).values >= iou_thresh).sum())
+    return found / total if total else float("nan")
