@@ -5,7 +5,7 @@ from .config import add_fcos_config
 
 # Side effects: register the backbone builder, the FCOS meta-architecture and the FCOS
 # proposal generator.
-from .modeling import (FCOS, FCOSHead, FCOSProposalGenerator,  # noqa: E402
+from .modeling import (FCOS, FCOSHead, FCOSProposalGenerator, FCOSWithTTA,  # noqa: E402
                        build_fcos_resnet_fpn_backbone)
 
 # Side effect: registers the built-in datasets synthetic_shapes_{train,val} (generated on
@@ -14,4 +14,4 @@ from . import data  # noqa: E402,F401
 
 __version__ = "0.1.0"
 __all__ = ["add_fcos_config", "build_fcos_resnet_fpn_backbone", "FCOS", "FCOSHead",
-           "FCOSProposalGenerator"]
+           "FCOSProposalGenerator", "FCOSWithTTA"]
