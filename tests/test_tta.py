@@ -3,7 +3,7 @@ detections for a mirrored image, plain inference when the only copy is the image
 and train_net.py --eval-only reporting "_TTA" results and a [TTA] summary block.
 
 The model is the quickstart config made tiny (64 FPN channels, one conv per tower),
-trained for 20 SGD steps from a fixed seed on synthetic shapes rendered in memory.
+trained for 10 SGD steps from a fixed seed on synthetic shapes rendered in memory.
 """
 import subprocess
 import sys
@@ -35,8 +35,8 @@ def _tta(model, *opts: str) -> FCOSWithTTA:
 
 @pytest.fixture(scope="module")
 def model():
-    train_set = [sample("train", i) for i in range(32)]
-    return train(_cfg(), train_set, iterations=20, batch_size=4)[0]
+    train_set = [sample("train", i) for i in range(40)]
+    return train(_cfg(), train_set, iterations=10, batch_size=4)[0]
 
 
 @pytest.fixture(scope="module")
