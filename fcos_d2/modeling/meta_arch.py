@@ -198,6 +198,9 @@ class FCOS(FCOSBase):
         the backbone's."""
         super().__init__(input_shape=backbone.output_shape(), **options)
         self.backbone = backbone
+        # The backbone's parameters first, as before FCOSBase existed, so that parameter
+        # order, and with it optimizer state saved in older checkpoints, stays the same.
+        self._modules = {"backbone": self._modules.pop("backbone"), **self._modules}
         self.input_format = input_format
         self.register_buffer("pixel_mean", torch.tensor(pixel_mean).view(-1, 1, 1), False)
         self.register_buffer("pixel_std", torch.tensor(pixel_std).view(-1, 1, 1), False)
