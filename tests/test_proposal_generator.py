@@ -106,22 +106,45 @@ def test_class_counts_of_fcos_and_roi_heads_must_agree():
         build_model(cfg)
 
 
-def test_objectness_is_the_logit_of_the_best_class_score():
+def _two_location_generator(*opts: str):
+    """A generator with two classes on p3 alone, and hand-made outputs for one 16 x 8 px
+    image: p3 (stride 8) has the locations (4, 4) and (12, 4)."""
     cfg = _cfg()
     cfg.MODEL.FCOS.IN_FEATURES, cfg.MODEL.FCOS.SIZES_OF_INTEREST = ["p3"], []
     cfg.MODEL.FCOS.NUM_CLASSES = cfg.MODEL.ROI_HEADS.NUM_CLASSES = 2
+    cfg.merge_from_list(list(opts))
     generator = build_model(cfg).proposal_generator.eval()
-    # One image of 16 x 8 px: level p3 (stride 8) has the locations (4, 4) and (12, 4).
     logits = [torch.tensor([[-1.0, 2.0], [0.5, -3.0]]).T.reshape(1, 2, 1, 2)]  # (N, K, 1, 2)
     regression = [torch.ones(1, 4, 1, 2)]  # 1 stride = 8 px on every side
     centerness = [torch.tensor([0.0, 1.0]).reshape(1, 1, 1, 2)]
     locations = [torch.tensor([[4.0, 4.0], [12.0, 4.0]])]
-    (proposals,) = generator.proposals(locations, [(8, 16)], logits, regression, centerness)
+    return generator, (locations, [(8, 16)], logits, regression, centerness)
+
+
+def test_objectness_is_the_logit_of_the_best_class_score():
+    generator, outputs = _two_location_generator()
+    (proposals,) = generator.proposals(*outputs)
     best = torch.tensor([2.0, 0.5]).sigmoid() * torch.tensor([0.0, 1.0]).sigmoid()
     expected = torch.logit(best.sqrt())
     # Scores 0.455 (second location) and 0.440: best first; boxes clipped to the image.
     assert torch.allclose(proposals.objectness_logits, expected.flip(0))
     assert proposals.proposal_boxes.tensor.tolist() == [[4, 0, 16, 8], [0, 0, 12, 8]]
+
+
+def test_training_and_inference_keep_their_own_top_k_and_min_size_drops_small_boxes():
+    generator, outputs = _two_location_generator("MODEL.FCOS.PROPOSALS.POST_NMS_TOPK_TRAIN", "1",
+                                                 "MODEL.FCOS.PROPOSALS.POST_NMS_TOPK_TEST", "2")
+    assert len(generator.proposals(*outputs)[0]) == 2
+    assert len(generator.train().proposals(*outputs)[0]) == 1
+    generator, outputs = _two_location_generator("MODEL.PROPOSAL_GENERATOR.MIN_SIZE", "9")
+    assert len(generator.proposals(*outputs)[0]) == 0  # both boxes are 8 px high
+
+
+def test_proposal_keys_are_validated_with_their_names():
+    with pytest.raises(ValueError, match="MODEL.FCOS.PROPOSALS.POST_NMS_TOPK_TRAIN/_TEST"):
+        _two_location_generator("MODEL.FCOS.PROPOSALS.POST_NMS_TOPK_TEST", "0")
+    with pytest.raises(ValueError, match="MODEL.FCOS.PROPOSALS.NMS_THRESH"):
+        _two_location_generator("MODEL.FCOS.PROPOSALS.NMS_THRESH", "1.5")
 
 
 def test_training_returns_the_fcos_losses_as_proposal_losses_and_they_fall(trained_fcos):
