@@ -3,12 +3,15 @@
 
     python train_net.py --config-file configs/FCOS-R50.yaml --num-gpus 8
     python train_net.py --config-file configs/FCOS-R50.yaml --eval-only MODEL.WEIGHTS model.pth
+    python train_net.py --config-file configs/FCOS-R50.yaml --eval-only MODEL.WEIGHTS model.pth \
+        TEST.AUG.ENABLED True   # also with test-time augmentation: results "<task>_TTA"
     torchrun --nproc-per-node 8 train_net.py --config-file configs/FCOS-R50.yaml
 
 Every evaluation appends a block to OUTPUT_DIR/inference/<dataset>/summary.txt.
 """
 import logging
 import os
+from collections import OrderedDict
 
 import fcos_d2  # noqa: F401  (first: detectron2 v0.6 shims; registers FCOS and datasets)
 import torch
@@ -21,7 +24,7 @@ from detectron2.utils import comm
 from detectron2.utils.logger import setup_logger
 from torch.nn.parallel import DistributedDataParallel
 
-from fcos_d2 import add_fcos_config, compat
+from fcos_d2 import FCOSWithTTA, add_fcos_config, compat
 from fcos_d2.checkpoint import FCOSCheckpointer
 from fcos_d2.data import prepare_dataset
 from fcos_d2.data.boxes import filter_invalid_boxes_on_load
@@ -44,11 +47,12 @@ class Trainer(DefaultTrainer):
         super().__init__(cfg)
 
     @classmethod
-    def build_evaluator(cls, cfg, dataset_name):
+    def build_evaluator(cls, cfg, dataset_name, output_folder=None):
         prepare_dataset(dataset_name)
         # Without detectron2's C++ extension, COCOEvaluator must use pycocotools' COCOeval.
         return COCOEvaluator(dataset_name, tasks=("bbox",), use_fast_impl=compat.HAS_D2_EXTENSION,
-                             output_dir=os.path.join(cfg.OUTPUT_DIR, "inference", dataset_name))
+                             output_dir=output_folder or os.path.join(cfg.OUTPUT_DIR, "inference",
+                                                                      dataset_name))
 
     @classmethod
     def build_train_loader(cls, cfg):
@@ -75,6 +79,19 @@ class Trainer(DefaultTrainer):
             if cfg.TEST.EXPECTED_RESULTS:
                 logger.info(expected_results_verdict(cfg.TEST.EXPECTED_RESULTS, results))
         return results
+
+    @classmethod
+    def test_with_TTA(cls, cfg, model, iterations=None):
+        """Evaluation with test-time augmentation (TEST.AUG): COCOEvaluator's files go to
+        OUTPUT_DIR/inference_TTA/<dataset>, the summary.txt blocks say [TTA], and every
+        result key gets "_TTA", as in detectron2's tools/train_net.py."""
+        logger.info("Running inference with test-time augmentation ...")
+        evaluators = [cls.build_evaluator(cfg, name, output_folder=os.path.join(
+            cfg.OUTPUT_DIR, "inference_TTA", name)) for name in cfg.DATASETS.TEST]
+        results = super().test(cfg, FCOSWithTTA(cfg, model), evaluators)
+        if comm.is_main_process():
+            append_summaries(cfg.OUTPUT_DIR, cfg.DATASETS.TEST, results, iterations, label="TTA")
+        return OrderedDict((key + "_TTA", value) for key, value in results.items())
 
     def build_hooks(self):
         # DefaultTrainer.__init__ made self.checkpointer just before; the checkpoint hook
@@ -127,7 +144,10 @@ def main(args):
         checkpoint = FCOSCheckpointer.from_config(cfg, model, cfg.OUTPUT_DIR).resume_or_load(
             cfg.MODEL.WEIGHTS, resume=args.resume)
         iteration = checkpoint.get("iteration")  # the 0-based iteration the weights are from
-        results = Trainer.test(cfg, model, iterations=None if iteration is None else iteration + 1)
+        iterations = None if iteration is None else iteration + 1
+        results = Trainer.test(cfg, model, iterations=iterations)
+        if cfg.TEST.AUG.ENABLED:
+            results.update(Trainer.test_with_TTA(cfg, model, iterations=iterations))
         if comm.is_main_process():
             verify_results(cfg, results)
     else:

@@ -3,12 +3,15 @@
 from . import compat  # noqa: F401  (side effect: detectron2 compatibility)
 from .config import add_fcos_config, get_config_file
 
-# Side effects: register the backbone builder and the FCOS meta-architecture.
-from .modeling import FCOS, FCOSHead, build_fcos_resnet_fpn_backbone  # noqa: E402
+# Side effects: register the backbone builder, the FCOS meta-architecture and the FCOS
+# proposal generator.
+from .modeling import (FCOS, FCOSHead, FCOSProposalGenerator, FCOSWithTTA,  # noqa: E402
+                       build_fcos_resnet_fpn_backbone)
 
 # Side effect: registers the built-in datasets synthetic_shapes_{train,val} (generated on
 # first use, not at import).
 from . import data  # noqa: E402,F401
 
 __version__ = "0.1.0"
-__all__ = ["add_fcos_config", "get_config_file", "build_fcos_resnet_fpn_backbone", "FCOS", "FCOSHead"]
+__all__ = ["add_fcos_config", "get_config_file", "build_fcos_resnet_fpn_backbone", "FCOS",
+           "FCOSHead", "FCOSProposalGenerator", "FCOSWithTTA"]

@@ -126,6 +126,23 @@ def add_fcos_config(cfg: CN) -> None:
     # IoU threshold of the class-wise NMS. The final cut is TEST.DETECTIONS_PER_IMAGE.
     _C.NMS_TH_TEST = 0.6
 
+    # FCOS as a proposal generator of a two-stage model (MODEL.PROPOSAL_GENERATOR.NAME
+    # "FCOS", in place of "RPN"; configs/FCOS-RPN-R50.yaml). A location's objectness is
+    # its best class score, max_k sqrt(p_k * centerness); its box is the FCOS box. No score
+    # threshold: like RPN, the best PRE_NMS_TOPK per level go to a class-agnostic NMS, and
+    # the best POST_NMS_TOPK per image are the proposals. Defaults: detectron2's RPN
+    # settings of its FPN models (Base-RCNN-FPN.yaml). MODEL.FCOS.NUM_CLASSES must equal
+    # MODEL.ROI_HEADS.NUM_CLASSES (the FCOS head learns the classes; the ROI heads refine).
+    _C.PROPOSALS = CN()
+    # Candidates per level before NMS, in training and in inference.
+    _C.PROPOSALS.PRE_NMS_TOPK_TRAIN = 2000
+    _C.PROPOSALS.PRE_NMS_TOPK_TEST = 1000
+    # Proposals per image after NMS, in training and in inference.
+    _C.PROPOSALS.POST_NMS_TOPK_TRAIN = 1000
+    _C.PROPOSALS.POST_NMS_TOPK_TEST = 1000
+    # IoU threshold of the class-agnostic NMS (RPN's MODEL.RPN.NMS_THRESH default).
+    _C.PROPOSALS.NMS_THRESH = 0.7
+
 
 def add_checkpoint_config(cfg: CN) -> None:
     """Adds the keys of how MODEL.WEIGHTS is loaded (fcos_d2.checkpoint). Safe to call twice."""

@@ -4,17 +4,21 @@
 ``<output_dir>/inference/<dataset>/summary.txt``, so that a training run leaves the history
 of its evaluations in one small file. ``expected_results_verdict`` states in one line whether
 ``TEST.EXPECTED_RESULTS`` holds, by the rule of detectron2's ``verify_results``.
+``proposal_recall`` measures how many ground-truth boxes a proposal generator's best
+proposals find.
 """
 import datetime
 import math
 import os
 from typing import Mapping, Optional, Sequence
 
+import torch
+from detectron2.structures import Boxes, pairwise_iou
 from detectron2.utils.events import get_event_storage
 from detectron2.utils.file_io import PathManager
 
 __all__ = ["SUMMARY_METRICS", "append_summaries", "append_summary", "expected_results_verdict",
-           "format_summary", "iterations_trained", "summary_path"]
+           "format_summary", "iterations_trained", "proposal_recall", "summary_path"]
 
 # The COCO box metrics of a summary, in COCOEvaluator's names and order.
 SUMMARY_METRICS = ("AP", "AP50", "AP75", "APs", "APm", "APl")
@@ -26,7 +30,8 @@ def summary_path(output_dir: str, dataset_name: str) -> str:
 
 
 def format_summary(dataset_name: str, bbox_results: Mapping[str, float],
-                   iterations: Optional[int], time: Optional[datetime.datetime] = None) -> str:
+                   iterations: Optional[int], time: Optional[datetime.datetime] = None,
+                   label: str = "") -> str:
     """Formats one evaluation as a block of text.
 
     Args:
@@ -35,13 +40,16 @@ def format_summary(dataset_name: str, bbox_results: Mapping[str, float],
             ``SUMMARY_METRICS`` and "AP-<class name>" per category, in percent.
         iterations: training iterations the evaluated weights had; None if unknown.
         time: the time stamp of the block; now if None.
+        label: how the detections were made, after the dataset name in the block's
+            first line (e.g. "TTA" for test-time augmentation); "" for plain inference.
 
     Returns:
         The block, ending with an empty line. Missing or NaN metrics read "nan".
     """
     time = time or datetime.datetime.now()
     done = "unknown" if iterations is None else str(iterations)
-    lines = [f"== {dataset_name} | iterations trained: {done} | "
+    title = f"{dataset_name} [{label}]" if label else dataset_name
+    lines = [f"== {title} | iterations trained: {done} | "
              f"{time:%Y-%m-%d %H:%M:%S} ==",
              "  " + " ".join(f"{name:>6}" for name in SUMMARY_METRICS),
              "  " + " ".join(_number(bbox_results.get(name)) for name in SUMMARY_METRICS)]
@@ -55,7 +63,7 @@ def format_summary(dataset_name: str, bbox_results: Mapping[str, float],
 
 
 def append_summary(output_dir: str, dataset_name: str, bbox_results: Mapping[str, float],
-                   iterations: Optional[int]) -> str:
+                   iterations: Optional[int], label: str = "") -> str:
     """Appends ``format_summary(...)`` to ``summary_path(output_dir, dataset_name)``.
 
     Returns:
@@ -64,12 +72,12 @@ def append_summary(output_dir: str, dataset_name: str, bbox_results: Mapping[str
     path = summary_path(output_dir, dataset_name)
     PathManager.mkdirs(os.path.dirname(path))
     with PathManager.open(path, "a") as f:
-        f.write(format_summary(dataset_name, bbox_results, iterations))
+        f.write(format_summary(dataset_name, bbox_results, iterations, label=label))
     return path
 
 
 def append_summaries(output_dir: str, dataset_names: Sequence[str], results: Mapping,
-                     iterations: Optional[int]) -> None:
+                     iterations: Optional[int], label: str = "") -> None:
     """``append_summary`` for each dataset of ``DefaultTrainer.test``'s results that has
     "bbox" results.
 
@@ -79,11 +87,12 @@ def append_summaries(output_dir: str, dataset_names: Sequence[str], results: Map
         results: dataset -> task -> metrics; for a single dataset, task -> metrics, as
             ``DefaultTrainer.test`` returns it then.
         iterations: training iterations the evaluated weights had; None if unknown.
+        label: as in :func:`format_summary`.
     """
     per_dataset = {dataset_names[0]: results} if len(dataset_names) == 1 else results
     for name, result in per_dataset.items():
         if "bbox" in result:
-            append_summary(output_dir, name, result["bbox"], iterations)
+            append_summary(output_dir, name, result["bbox"], iterations, label)
 
 
 def iterations_trained(max_iter: int) -> Optional[int]:
@@ -127,3 +136,30 @@ def expected_results_verdict(expected_results: Sequence[Sequence], results: Mapp
 
 def _number(value: Optional[float]) -> str:
     return f"{float('nan') if value is None else value:6.2f}"
+
+
+def proposal_recall(proposals: Sequence[torch.Tensor], gt_boxes: Sequence[torch.Tensor], *,
+                    top_k: int = 100, iou_thresh: float = 0.5) -> float:
+    """Recall of the best ``top_k`` proposals per image (e.g. AR@100 at IoU 0.5): the
+    fraction of all ground-truth boxes that overlap one of their image's first ``top_k``
+    proposals with IoU >= ``iou_thresh``. A proposal may cover several boxes.
+
+    Args:
+        proposals: per image, (P, 4) XYXY boxes, best first.
+        gt_boxes: per image, (M, 4) XYXY boxes.
+        top_k: proposals per image that count.
+        iou_thresh: the IoU a box needs with a proposal to count as found.
+
+    Returns:
+        Found boxes over all boxes; NaN when there are no boxes at all.
+    """
+    if len(proposals) != len(gt_boxes):
+        raise ValueError(f"proposal_recall: {len(proposals)} images of proposals but "
+                         f"{len(gt_boxes)} images of ground truth")
+    found, total = 0, 0
+    for boxes, gt in zip(proposals, gt_boxes):
+        total += len(gt)
+        if len(gt) and len(boxes):
+            iou = pairwise_iou(Boxes(gt), Boxes(boxes[:top_k]))  # (M, min(P, top_k))
+            found += int((iou.max(dim=1).values >= iou_thresh).sum())
+    return found / total if total else float("nan")

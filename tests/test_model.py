@@ -14,7 +14,9 @@ from fcos_d2 import add_fcos_config
 from fcos_d2.modeling.layers import DeformConv2d
 
 REPO = Path(__file__).resolve().parents[1]
-MODEL_CONFIGS = sorted(glob.glob(str(REPO / "configs" / "FCOS-*.yaml")))
+# FCOS-RPN-*.yaml are two-stage models with FCOS proposals (tests/test_proposal_generator.py).
+MODEL_CONFIGS = sorted(p for p in glob.glob(str(REPO / "configs" / "FCOS-*.yaml"))
+                       if not Path(p).name.startswith("FCOS-RPN-"))
 
 
 def _cfg(config_file=REPO / "configs" / "FCOS-R50.yaml", **fcos):
@@ -235,3 +237,10 @@ def test_small_data_recipe_trained_from_scratch_keeps_regressing_boxes():
     model.zero_grad()
     model(held_out)["loss_fcos_loc"].backward()
     assert model.head.bbox_pred.weight.grad.abs().sum() > 0
+
+
+def test_parameters_are_ordered_backbone_first_so_older_optimizer_states_still_load():
+    names = [name for name, _ in build_model(_tiny(_cfg())).named_parameters()]
+    first_head = next(i for i, name in enumerate(names) if name.startswith("head."))
+    assert all(name.startswith("backbone.") for name in names[:first_head])
+    assert all(name.startswith("head.") for name in names[first_head:])

@@ -1,7 +1,11 @@
-"""The FCOS model: backbone builder, head, target assignment, losses, post-processing and
-the meta-architecture. Importing it registers the backbone and the meta-architecture."""
+"""The FCOS model: backbone builder, head, target assignment, losses, post-processing, the
+meta-architecture, the proposal generator and test-time augmentation. Importing it
+registers the backbone, the meta-architecture "FCOS" and the proposal generator "FCOS"."""
 from .backbone import build_fcos_resnet_fpn_backbone
 from .head import FCOSHead
 from .meta_arch import FCOS
+from .proposal_generator import FCOSProposalGenerator
+from .test_time_augmentation import FCOSWithTTA
 
-__all__ = ["build_fcos_resnet_fpn_backbone", "FCOSHead", "FCOS"]
+__all__ = ["build_fcos_resnet_fpn_backbone", "FCOSHead", "FCOS", "FCOSProposalGenerator",
+           "FCOSWithTTA"]

@@ -2,12 +2,18 @@
 training, or per-image post-processing in inference. Glue only; the work is done by
 ``head``, ``assignment``, ``losses`` and ``postprocess``.
 
+``FCOSBase`` is FCOS without a backbone: the head on given features, the training losses
+and the detections. The meta-architecture ``FCOS`` adds the backbone and the input
+preprocessing; the proposal generator (``proposal_generator.py``) adds class-agnostic
+proposals for two-stage models. Both share every option of ``MODEL.FCOS``.
+
 Symbols: N images, L levels, Hi x Wi level sizes, R = sum(Hi * Wi), K classes.
 """
 from typing import Dict, List, Sequence, Tuple
 
 import torch
 from detectron2.config import configurable
+from detectron2.layers import ShapeSpec
 from detectron2.modeling import META_ARCH_REGISTRY, build_backbone
 from detectron2.modeling.postprocessing import detector_postprocess
 from detectron2.structures import ImageList, Instances
@@ -26,27 +32,21 @@ def _flatten_levels(outputs: List[Tensor]) -> Tensor:
                       for x in outputs], dim=1)
 
 
-@META_ARCH_REGISTRY.register()
-class FCOS(nn.Module):
-    """FCOS (Tian et al., 2019), configured by ``MODEL.FCOS`` (see ``add_fcos_config``).
+class FCOSBase(nn.Module):
+    """FCOS after the backbone, configured by ``MODEL.FCOS`` (see ``add_fcos_config``): the
+    head on the features ``head_in_features``, training targets and losses, detections.
 
-    Input: detectron2's list of dicts, each with "image" (C, H, W) in ``input_format`` and,
-    in training, "instances" with ``gt_boxes`` and 0-based ``gt_classes``.
-    Output: in training, a dict of losses; in inference, per image {"instances": Instances}
-    with ``pred_boxes``, ``scores`` and ``pred_classes``, in the original image size.
+    Subclasses decide where the features come from and what to return.
     """
 
     @configurable
     def __init__(
         self,
         *,
-        backbone: nn.Module,
+        input_shape: Dict[str, ShapeSpec],
         head: FCOSHead,
         head_in_features: Sequence[str],
         num_classes: int,
-        pixel_mean: Sequence[float],
-        pixel_std: Sequence[float],
-        input_format: str = "BGR",
         sizes_of_interest: Sequence[float] = (64, 128, 256, 512),
         center_sampling_radius: float = 1.5,
         focal_loss_alpha: float = 0.25,
@@ -63,12 +63,12 @@ class FCOS(nn.Module):
         nms_thresh: float = 0.6,
         max_detections_per_image: int = 100,
     ):
+        """``input_shape``: the features available (a backbone's ``output_shape()``)."""
         super().__init__()
-        shapes = backbone.output_shape()
-        missing = [f for f in head_in_features if f not in shapes]
+        missing = [f for f in head_in_features if f not in input_shape]
         if missing:
             raise ValueError(f"MODEL.FCOS.IN_FEATURES: {missing} not produced by the backbone, "
-                             f"which gives {sorted(shapes)}")
+                             f"which gives {sorted(input_shape)}")
         if len(sizes_of_interest) != len(head_in_features) - 1:
             raise ValueError(f"MODEL.FCOS.SIZES_OF_INTEREST: {len(head_in_features)} levels need "
                              f"{len(head_in_features) - 1} boundaries, got {list(sizes_of_interest)}")
@@ -81,11 +81,10 @@ class FCOS(nn.Module):
                                  f"{allowed}")
         if iou_loss_smooth < 0:
             raise ValueError(f"MODEL.FCOS.IOU_LOSS_SMOOTH: must be >= 0, got {iou_loss_smooth}")
-        self.backbone, self.head = backbone, head
+        self.head = head
         self.head_in_features = list(head_in_features)
-        self.strides = [shapes[f].stride for f in head_in_features]
+        self.strides = [input_shape[f].stride for f in head_in_features]
         self.num_classes = num_classes
-        self.input_format = input_format
         self.size_ranges = level_size_ranges(sizes_of_interest)
         self.center_sampling_radius = center_sampling_radius
         self.focal_loss_alpha, self.focal_loss_gamma = focal_loss_alpha, focal_loss_gamma
@@ -97,22 +96,15 @@ class FCOS(nn.Module):
         self.score_thresh, self.topk_candidates = score_thresh, topk_candidates
         self.score_thresh_on = score_thresh_on
         self.nms_thresh, self.max_detections_per_image = nms_thresh, max_detections_per_image
-        self.register_buffer("pixel_mean", torch.tensor(pixel_mean).view(-1, 1, 1), False)
-        self.register_buffer("pixel_std", torch.tensor(pixel_std).view(-1, 1, 1), False)
 
     @classmethod
-    def from_config(cls, cfg):
+    def from_config(cls, cfg, input_shape: Dict[str, ShapeSpec]):
         fcos = cfg.MODEL.FCOS
-        backbone = build_backbone(cfg)
-        shapes = backbone.output_shape()
         return {
-            "backbone": backbone,
-            "head": FCOSHead(cfg, [shapes[f] for f in fcos.IN_FEATURES if f in shapes]),
+            "input_shape": input_shape,
+            "head": FCOSHead(cfg, [input_shape[f] for f in fcos.IN_FEATURES if f in input_shape]),
             "head_in_features": fcos.IN_FEATURES,
             "num_classes": fcos.NUM_CLASSES,
-            "pixel_mean": cfg.MODEL.PIXEL_MEAN,
-            "pixel_std": cfg.MODEL.PIXEL_STD,
-            "input_format": cfg.INPUT.FORMAT,
             "sizes_of_interest": fcos.SIZES_OF_INTEREST,
             "center_sampling_radius": fcos.CENTER_SAMPLING_RADIUS,
             "focal_loss_alpha": fcos.FOCAL_LOSS_ALPHA,
@@ -131,41 +123,12 @@ class FCOS(nn.Module):
             "max_detections_per_image": cfg.TEST.DETECTIONS_PER_IMAGE,
         }
 
-    @property
-    def device(self) -> torch.device:
-        return self.pixel_mean.device
-
-    def preprocess_image(self, batched_inputs: List[Dict]) -> ImageList:
-        images = [(x["image"].to(self.device) - self.pixel_mean) / self.pixel_std
-                  for x in batched_inputs]
-        return ImageList.from_tensors(images, self.backbone.size_divisibility)
-
-    def forward_head(self, images: ImageList) -> Tuple[List[Tensor], List[Tensor], List[Tensor]]:
-        """Backbone and head on a padded batch: per level logits, regression, centerness."""
-        features = self.backbone(images.tensor)
-        return self.head([features[f] for f in self.head_in_features])
-
     def regression_in_pixels(self, regression: List[Tensor]) -> List[Tensor]:
         """The head's per-level (l, t, r, b) in pixels (it predicts stride units when
         ``norm_reg_targets``)."""
         if not self.norm_reg_targets:
             return regression
         return [r * s for r, s in zip(regression, self.strides)]
-
-    def forward(self, batched_inputs: List[Dict]):
-        images = self.preprocess_image(batched_inputs)
-        logits, regression, centerness = self.forward_head(images)
-        locations = compute_locations([x.shape[-2:] for x in logits], self.strides, self.device)
-        if self.training:
-            if "instances" not in batched_inputs[0]:
-                raise ValueError("FCOS in training mode needs 'instances' in every input dict")
-            instances = [x["instances"].to(self.device) for x in batched_inputs]
-            return self.losses(locations, instances, logits, regression, centerness)
-        results = self.inference(locations, images.image_sizes, logits, regression, centerness)
-        return [
-            {"instances": detector_postprocess(r, x.get("height", size[0]), x.get("width", size[1]))}
-            for r, x, size in zip(results, batched_inputs, images.image_sizes)
-        ]
 
     def losses(self, locations: List[Tensor], instances: List[Instances], logits: List[Tensor],
                regression: List[Tensor], centerness: List[Tensor]) -> Dict[str, Tensor]:
@@ -187,6 +150,16 @@ class FCOS(nn.Module):
                   logits: List[Tensor], regression: List[Tensor],
                   centerness: List[Tensor]) -> List[Instances]:
         """Per image detections in the (unpadded) input size."""
+        return self.select(locations, image_sizes, logits, regression, centerness,
+                           score_thresh=self.score_thresh, topk_candidates=self.topk_candidates,
+                           nms_thresh=self.nms_thresh, max_detections=self.max_detections_per_image)
+
+    def select(self, locations: List[Tensor], image_sizes: List[Tuple[int, int]],
+               logits: List[Tensor], regression: List[Tensor], centerness: List[Tensor], *,
+               score_thresh: float, topk_candidates: int, nms_thresh: float,
+               max_detections: int) -> List[Instances]:
+        """``postprocess_image`` on every image with these thresholds; per level ``logits``
+        (N, K', Hi, Wi) may have any K' (the proposal generator passes K' = 1)."""
         regression = self.regression_in_pixels(regression)
         per_level = lambda outputs: [x.flatten(2).transpose(1, 2) for x in outputs]  # (N, HiWi, C)
         logits, regression, centerness = map(per_level, (logits, regression, centerness))
@@ -194,8 +167,82 @@ class FCOS(nn.Module):
             postprocess_image(
                 [x[i] for x in logits], [x[i] for x in regression],
                 [x[i, :, 0] for x in centerness], locations, image_size,
-                score_thresh=self.score_thresh, topk_candidates=self.topk_candidates,
-                nms_thresh=self.nms_thresh, max_detections=self.max_detections_per_image,
+                score_thresh=score_thresh, topk_candidates=topk_candidates,
+                nms_thresh=nms_thresh, max_detections=max_detections,
                 threshold_on=self.score_thresh_on)
             for i, image_size in enumerate(image_sizes)
+        ]
+
+
+@META_ARCH_REGISTRY.register()
+class FCOS(FCOSBase):
+    """FCOS (Tian et al., 2019), configured by ``MODEL.FCOS`` (see ``add_fcos_config``).
+
+    Input: detectron2's list of dicts, each with "image" (C, H, W) in ``input_format`` and,
+    in training, "instances" with ``gt_boxes`` and 0-based ``gt_classes``.
+    Output: in training, a dict of losses; in inference, per image {"instances": Instances}
+    with ``pred_boxes``, ``scores`` and ``pred_classes``, in the original image size.
+    """
+
+    @configurable
+    def __init__(
+        self,
+        *,
+        backbone: nn.Module,
+        pixel_mean: Sequence[float],
+        pixel_std: Sequence[float],
+        input_format: str = "BGR",
+        **options,
+    ):
+        """``options``: the keyword arguments of ``FCOSBase`` but ``input_shape``, which is
+        the backbone's."""
+        super().__init__(input_shape=backbone.output_shape(), **options)
+        self.backbone = backbone
+        # The backbone's parameters first, as before FCOSBase existed, so that parameter
+        # order, and with it optimizer state saved in older checkpoints, stays the same.
+        self._modules = {"backbone": self._modules.pop("backbone"), **self._modules}
+        self.input_format = input_format
+        self.register_buffer("pixel_mean", torch.tensor(pixel_mean).view(-1, 1, 1), False)
+        self.register_buffer("pixel_std", torch.tensor(pixel_std).view(-1, 1, 1), False)
+
+    @classmethod
+    def from_config(cls, cfg):
+        backbone = build_backbone(cfg)
+        options = super().from_config(cfg, backbone.output_shape())
+        del options["input_shape"]
+        return {
+            **options,
+            "backbone": backbone,
+            "pixel_mean": cfg.MODEL.PIXEL_MEAN,
+            "pixel_std": cfg.MODEL.PIXEL_STD,
+            "input_format": cfg.INPUT.FORMAT,
+        }
+
+    @property
+    def device(self) -> torch.device:
+        return self.pixel_mean.device
+
+    def preprocess_image(self, batched_inputs: List[Dict]) -> ImageList:
+        images = [(x["image"].to(self.device) - self.pixel_mean) / self.pixel_std
+                  for x in batched_inputs]
+        return ImageList.from_tensors(images, self.backbone.size_divisibility)
+
+    def forward_head(self, images: ImageList) -> Tuple[List[Tensor], List[Tensor], List[Tensor]]:
+        """Backbone and head on a padded batch: per level logits, regression, centerness."""
+        features = self.backbone(images.tensor)
+        return self.head([features[f] for f in self.head_in_features])
+
+    def forward(self, batched_inputs: List[Dict]):
+        images = self.preprocess_image(batched_inputs)
+        logits, regression, centerness = self.forward_head(images)
+        locations = compute_locations([x.shape[-2:] for x in logits], self.strides, self.device)
+        if self.training:
+            if "instances" not in batched_inputs[0]:
+                raise ValueError("FCOS in training mode needs 'instances' in every input dict")
+            instances = [x["instances"].to(self.device) for x in batched_inputs]
+            return self.losses(locations, instances, logits, regression, centerness)
+        results = self.inference(locations, images.image_sizes, logits, regression, centerness)
+        return [
+            {"instances": detector_postprocess(r, x.get("height", size[0]), x.get("width", size[1]))}
+            for r, x, size in zip(results, batched_inputs, images.image_sizes)
         ]
