@@ -9,6 +9,7 @@ Every evaluation appends a block to OUTPUT_DIR/inference/<dataset>/summary.txt.
 """
 import logging
 import os
+from datetime import timedelta
 
 import fcos_d2  # noqa: F401  (first: detectron2 v0.6 shims; registers FCOS and datasets)
 import torch
@@ -25,15 +26,19 @@ from fcos_d2 import add_fcos_config, compat
 from fcos_d2.data import prepare_dataset
 from fcos_d2.data.register import check_num_classes, register_coco_dataset
 from fcos_d2.evaluation import append_summaries, expected_results_verdict, iterations_trained
-from fcos_d2.engine.launch import launch
+from fcos_d2.engine.hooks import StopOnNonFiniteLoss
+from fcos_d2.engine.launch import add_launcher_arguments, launch
+from fcos_d2.engine.resumable_loader import build_resumable_train_loader
+from fcos_d2.engine.resume import ExactResume
 from fcos_d2.visualization import save_loader_predictions
 
 logger = logging.getLogger("fcos_d2")
 
 
 class Trainer(DefaultTrainer):
-    """DefaultTrainer with COCO box evaluation, a summary.txt per evaluation, and
-    optionally no evaluation after the last iteration (``skip_final_eval``)."""
+    """DefaultTrainer with COCO box evaluation, a summary.txt per evaluation, optionally
+    no evaluation after the last iteration (``skip_final_eval``), exact resume (data
+    stream and RNG states in the checkpoints) and a stop on a non-finite loss."""
 
     def __init__(self, cfg, skip_final_eval: bool = False):
         self.skip_final_eval = skip_final_eval  # read by build_hooks, in super().__init__
@@ -45,6 +50,10 @@ class Trainer(DefaultTrainer):
         # Without detectron2's C++ extension, COCOEvaluator must use pycocotools' COCOeval.
         return COCOEvaluator(dataset_name, tasks=("bbox",), use_fast_impl=compat.HAS_D2_EXTENSION,
                              output_dir=os.path.join(cfg.OUTPUT_DIR, "inference", dataset_name))
+
+    @classmethod
+    def build_train_loader(cls, cfg):
+        return build_resumable_train_loader(cfg)
 
     @classmethod
     def test(cls, cfg, model, evaluators=None, iterations=None):
@@ -60,7 +69,9 @@ class Trainer(DefaultTrainer):
         return results
 
     def build_hooks(self):
-        hook_list = super().build_hooks()
+        # First: the states they save must be taken before the checkpointer's after_step.
+        hook_list = [ExactResume(self.cfg.SOLVER.CHECKPOINT_PERIOD), StopOnNonFiniteLoss(),
+                     *super().build_hooks()]
         if self.skip_final_eval:  # the same evaluation function (EvalHook._func in v0.6 and
             # main), in a hook that skips the evaluation after the last iteration
             eval_hook = next(h for h in hook_list if isinstance(h, hooks.EvalHook))
@@ -122,7 +133,7 @@ def main(args):
 
 
 def argument_parser():
-    parser = default_argument_parser()
+    parser = add_launcher_arguments(default_argument_parser())
     parser.add_argument("--skip-test", action="store_true",
                         help="do not evaluate after the last iteration (periodic evaluations stay)")
     parser.add_argument("--register-coco", nargs=3, action="append", default=[],
@@ -138,4 +149,4 @@ if __name__ == "__main__":
     args = argument_parser().parse_args()
     print("Command Line Args:", args)
     launch(main, args.num_gpus, num_machines=args.num_machines, machine_rank=args.machine_rank,
-           dist_url=args.dist_url, args=(args,))
+           dist_url=args.dist_url, args=(args,), timeout=timedelta(seconds=args.dist_timeout))
