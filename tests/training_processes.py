@@ -28,7 +28,8 @@ class TrainingProcesses:
     """A client of the server: one instance per test module; ``close()`` at the end."""
 
     def __init__(self):
-        env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+        path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+        env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
         self._server = subprocess.Popen([sys.executable, __file__], cwd=REPO, env=env, text=True,
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self._running = set()  # started, not waited for
