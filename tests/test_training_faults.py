@@ -189,6 +189,52 @@ def test_when_one_machine_dies_the_other_stops_within_seconds_saying_so(server, 
     assert "WorkerLostError: worker 0 of 2 lost contact with another worker" in logs[0].read_text()
 
 
+def test_a_nan_loss_on_one_machine_stops_both_at_that_iteration_naming_the_worker(
+        server, dataset, tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("the machines run CPU workers only where CUDA is not available")
+    port, out = free_port(), tmp_path / "out"
+    logs = [tmp_path / f"out.machine{rank}.log" for rank in (0, 1)]
+    pids = [server.start(machine_argv(dataset, out, rank, port), log=logs[rank],
+                         nan_at=1 if rank == 1 else None) for rank in (0, 1)]
+    assert [server.wait(pid)[0] for pid in pids] == [1, 1]
+    for log in logs:
+        assert ("FloatingPointError: training stopped at iteration 1: the loss is not finite "
+                "(worker 1: loss_fcos_cls=nan, ") in log.read_text()
+    assert "no checkpoint had been written yet" in logs[0].read_text()
+    assert not (out / "last_checkpoint").exists()  # the first one was due after iteration 1
+
+
+HANGING_WORKER = """
+import sys, time
+from datetime import timedelta
+import torch, torch.distributed as dist
+from fcos_d2.engine.launch import launch
+
+def main():
+    if dist.get_rank() == 1:
+        time.sleep(600)  # alive, but never joins the collective below
+    dist.all_reduce(torch.ones(1))
+
+launch(main, 1, num_machines=2, machine_rank=int(sys.argv[1]), dist_url=sys.argv[2],
+       timeout=timedelta(seconds=3))
+"""
+
+
+def test_a_worker_that_hangs_is_reported_after_the_collective_timeout(server, tmp_path):
+    script = tmp_path / "hang.py"
+    script.write_text(HANGING_WORKER)
+    url = f"tcp://127.0.0.1:{free_port()}"
+    logs = [tmp_path / f"machine{rank}.log" for rank in (0, 1)]
+    started = time.time()
+    pids = [server.start([str(rank), url], log=logs[rank], script=script) for rank in (0, 1)]
+    status, ended_at = server.wait(pids[0], timeout=60)
+    server.wait(pids[1], timeout=0)  # kills it
+    assert status != 0
+    assert ended_at - started < 30  # 3 s of timeout, and the start
+    assert "WorkerLostError: worker 0 of 2 lost contact with another worker" in logs[0].read_text()
+
+
 def test_torch_distributed_launch_runs_train_net_as_torchrun_does(dataset, tmp_path):
     """The old official entry point: it passes --local-rank=N to each of its N processes."""
     if torch.cuda.is_available():

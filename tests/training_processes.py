@@ -1,4 +1,5 @@
-"""Runs ``train_net.py`` in processes forked from one server that has imported it once.
+"""Runs ``train_net.py`` (or another script) in processes forked from one server that
+has imported it once.
 
 Starting a Python process that imports torch and detectron2 costs seconds of CPU; the
 fault tests run about ten trainings. The server (this file, run as a script) imports
@@ -43,10 +44,12 @@ class TrainingProcesses:
         return json.loads(reply)
 
     def start(self, argv: List[str], log: Path, kill_at: Optional[int] = None,
-              nan_at: Optional[int] = None, record: Optional[Path] = None) -> int:
-        """Starts ``train_net.py *argv``; returns its process id."""
+              nan_at: Optional[int] = None, record: Optional[Path] = None,
+              script: Path = REPO / "train_net.py") -> int:
+        """Starts ``script *argv`` (train_net.py by default); returns its process id."""
         faults = {"kill_at": kill_at, "nan_at": nan_at, "record": record and str(record)}
-        pid = self._ask({"op": "start", "argv": argv, "log": str(log), **faults})["pid"]
+        pid = self._ask({"op": "start", "argv": argv, "log": str(log), "script": str(script),
+                         **faults})["pid"]
         self._running.add(pid)
         return pid
 
@@ -99,8 +102,8 @@ def _run_child(request: dict) -> None:
         os.dup2(log, 1)
         os.dup2(log, 2)
         _install_faults(request["kill_at"], request["nan_at"], request["record"])
-        sys.argv = ["train_net.py", *request["argv"]]
-        runpy.run_path(str(REPO / "train_net.py"), run_name="__main__")
+        sys.argv = [request["script"], *request["argv"]]
+        runpy.run_path(request["script"], run_name="__main__")
         status = 0
     except SystemExit as exit:
         status = exit.code if isinstance(exit.code, int) else 1

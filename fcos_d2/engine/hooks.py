@@ -18,8 +18,8 @@ class StopOnNonFiniteLoss(HookBase):
     The check runs on the losses the model returns, in every worker (the workers exchange
     their losses, so they all stop at the same iteration), before the backward pass: the
     failed step changes no weight and, as it never finishes, the periodic checkpointer
-    writes nothing after it. detectron2 checks later (after the backward pass, on rank 0
-    only, so the other workers wait for it until their collective timeout).
+    writes nothing after it. detectron2 checks later, after the backward pass and on rank 0
+    only: the other workers carry on and fail only when a collective finds rank 0 gone.
     """
 
     def before_train(self):
@@ -39,18 +39,22 @@ class StopOnNonFiniteLoss(HookBase):
         raise FloatingPointError(self._message(workers))
 
     def _message(self, workers: List[Dict[str, float]]) -> str:
-        bad = [rank for rank, worker in enumerate(workers)
-               if not all(math.isfinite(v) for v in worker.values())]
-        lines = [f"worker {rank}: " + ", ".join(f"{k}={v:.6g}" for k, v in workers[rank].items())
-                 for rank in bad] if len(workers) > 1 else [
-            ", ".join(f"{k}={v:.6g}" for k, v in workers[0].items())]
+        def listed(losses: Dict[str, float]) -> str:
+            return ", ".join(f"{name}={value:.6g}" for name, value in losses.items())
+
+        if len(workers) == 1:
+            values = listed(workers[0])
+        else:
+            values = "; ".join(f"worker {rank}: {listed(losses)}"
+                               for rank, losses in enumerate(workers)
+                               if not all(math.isfinite(v) for v in losses.values()))
         checkpointer = getattr(self.trainer, "checkpointer", None)
-        last = (checkpointer.get_checkpoint_file() if checkpointer is not None
-                and checkpointer.has_checkpoint() else None)
+        last = (checkpointer.get_checkpoint_file()
+                if checkpointer is not None and checkpointer.has_checkpoint() else None)
         saved = (f"the last checkpoint, {last}, is intact: resume from it with --resume"
                  if last else "no checkpoint had been written yet")
-        return (f"training stopped at iteration {self.trainer.iter}: the loss is not finite ("
-                + "; ".join(lines) + "). This step changed no weight and wrote no checkpoint; "
-                + saved + " once the cause is fixed (e.g. a lower SOLVER.BASE_LR, a longer "
+        return (f"training stopped at iteration {self.trainer.iter}: the loss is not finite "
+                f"({values}). This step changed no weight and wrote no checkpoint; {saved} "
+                "once the cause is fixed (e.g. a lower SOLVER.BASE_LR, a longer "
                 "SOLVER.WARMUP_ITERS, SOLVER.CLIP_GRADIENTS.ENABLED True, or a bad box in "
                 "the data).")
