@@ -34,7 +34,8 @@ def test_rng_states_survive_a_weights_only_checkpoint():
 def trainer_at(iteration: int):
     loader = ResumableTrainLoader([{"width": 4, "height": 4}] * 3, mapper=dict,
                                   total_batch_size=1, seed=5)
-    return SimpleNamespace(iter=iteration, max_iter=10, data_loader=loader)
+    return SimpleNamespace(iter=iteration, start_iter=iteration, max_iter=10,
+                           data_loader=loader)
 
 
 def test_after_a_checkpoint_the_next_iteration_draws_the_same_numbers_resumed_or_not():
@@ -57,3 +58,10 @@ def test_after_a_checkpoint_the_next_iteration_draws_the_same_numbers_resumed_or
     resumed.before_step()
     assert draws() == uninterrupted
     assert resumed.trainer.data_loader.position == 2
+
+
+def test_resuming_from_a_checkpoint_without_the_states_warns_that_it_is_not_exact(caplog):
+    hook = ExactResume(checkpoint_period=2)
+    hook.trainer = trainer_at(4)  # resumed: start_iter 4, and nothing was loaded
+    hook.before_train()
+    assert "the data stream starts again" in caplog.text

@@ -66,6 +66,14 @@ class ExactResume(HookBase):
         self._period = checkpoint_period
         self._saved: Optional[Dict[str, Any]] = None  # {"iteration", "workers": [W states]}
         self._rng_to_restore: Optional[Dict[str, Any]] = None  # before the next iteration
+        self._loaded = False
+
+    def before_train(self):
+        if self.trainer.start_iter > 0 and not self._loaded:
+            logger.warning("The checkpoint resumed from has no data-stream and RNG states "
+                           "(written by an older fcos-d2 or another trainer): the data stream "
+                           "starts again, and the resumed training will not repeat an "
+                           "uninterrupted one.")
 
     def before_step(self):
         if self._rng_to_restore is not None:
@@ -88,6 +96,7 @@ class ExactResume(HookBase):
         return {}  # other workers' states were not gathered at this iteration
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self._loaded = True
         workers: List[Dict[str, Any]] = state["workers"]
         if len(workers) != comm.get_world_size():
             logger.warning(f"The checkpoint was written by {len(workers)} workers and this "
