@@ -8,9 +8,10 @@ import random
 import numpy as np
 import pytest
 import torch
-from detectron2.data.samplers import TrainingSampler
+from detectron2.config import get_cfg
+from detectron2.data.samplers import RepeatFactorTrainingSampler, TrainingSampler
 
-from fcos_d2.engine.resumable_loader import ResumableTrainLoader
+from fcos_d2.engine.resumable_loader import ResumableTrainLoader, build_resumable_train_loader
 
 # 7 images: ids 0..6, the odd ones wider than tall (they go to their own bucket).
 DATASET = [{"image_id": i, "width": 80 if i % 2 else 60, "height": 60} for i in range(7)]
@@ -21,9 +22,10 @@ def random_mapper(d):
     return {**d, "draws": (random.random(), float(np.random.rand()), torch.rand(()).item())}
 
 
-def loader(num_workers=0, grouping=True):
+def loader(num_workers=0, grouping=True, repeat_factors=None):
     return ResumableTrainLoader(DATASET, mapper=random_mapper, total_batch_size=3,
-                                aspect_ratio_grouping=grouping, num_workers=num_workers, seed=11)
+                                aspect_ratio_grouping=grouping, num_workers=num_workers, seed=11,
+                                repeat_factors=repeat_factors)
 
 
 def batches(source, count):
@@ -57,6 +59,21 @@ def test_the_batches_do_not_depend_on_the_number_of_data_loader_processes():
 def test_without_grouping_the_images_come_in_detectron2s_training_sampler_order():
     ids = [d["image_id"] for batch in batches(loader(grouping=False), 5) for d in batch]
     assert ids == list(itertools.islice(TrainingSampler(len(DATASET), seed=11), 15))
+
+
+def test_with_repeat_factors_the_images_come_in_repeat_factor_sampler_order():
+    factors = torch.tensor([1.0, 3.0, 1.0, 1.0, 2.0, 1.0, 1.0])
+    source = loader(grouping=False, repeat_factors=factors)
+    ids = [d["image_id"] for batch in batches(source, 5) for d in batch]
+    assert ids == list(itertools.islice(RepeatFactorTrainingSampler(factors, seed=11), 15))
+
+
+def test_a_sampler_it_cannot_resume_is_refused_naming_the_key():
+    cfg = get_cfg()
+    cfg.DATALOADER.SAMPLER_TRAIN = "RandomSubsetTrainingSampler"
+    with pytest.raises(ValueError, match="DATALOADER.SAMPLER_TRAIN 'RandomSubsetTrainingSampler' "
+                                         "is not supported"):
+        build_resumable_train_loader(cfg)
 
 
 def test_augmentations_differ_between_images_and_leave_the_callers_generators_alone():

@@ -80,13 +80,13 @@ class ResumableTrainLoader:
 
     @classmethod
     def from_config(cls, cfg, mapper: Optional[Callable] = None) -> Dict[str, Any]:
-        dataset = get_detection_dataset_dicts(
-            cfg.DATASETS.TRAIN, filter_empty=cfg.DATALOADER.FILTER_EMPTY_ANNOTATIONS)
         sampler = cfg.DATALOADER.SAMPLER_TRAIN
         if sampler not in SUPPORTED_SAMPLERS:
             raise ValueError(f"DATALOADER.SAMPLER_TRAIN {sampler!r} is not supported by "
                              f"fcos-d2's resumable training loader; use one of "
                              f"{SUPPORTED_SAMPLERS}")
+        dataset = get_detection_dataset_dicts(
+            cfg.DATASETS.TRAIN, filter_empty=cfg.DATALOADER.FILTER_EMPTY_ANNOTATIONS)
         repeat_factors = None
         if sampler == "RepeatFactorTrainingSampler":
             repeat_factors = RepeatFactorTrainingSampler.repeat_factors_from_category_frequency(
