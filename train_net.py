@@ -12,12 +12,12 @@ Every evaluation appends a block to OUTPUT_DIR/inference/<dataset>/summary.txt.
 import logging
 import os
 from collections import OrderedDict
+from datetime import timedelta
 
 import fcos_d2  # noqa: F401  (first: detectron2 v0.6 shims; registers FCOS and datasets)
 import torch
 from detectron2.config import get_cfg
-from detectron2.data import (MetadataCatalog, build_detection_test_loader,
-                             build_detection_train_loader)
+from detectron2.data import MetadataCatalog, build_detection_test_loader
 from detectron2.engine import DefaultTrainer, default_argument_parser, default_setup, hooks
 from detectron2.evaluation import COCOEvaluator, verify_results
 from detectron2.utils import comm
@@ -31,7 +31,10 @@ from fcos_d2.data.boxes import filter_invalid_boxes_on_load
 from fcos_d2.data.mapper import FCOSDatasetMapper
 from fcos_d2.data.register import check_num_classes, register_coco_dataset
 from fcos_d2.evaluation import append_summaries, expected_results_verdict, iterations_trained
-from fcos_d2.engine.launch import launch
+from fcos_d2.engine.hooks import StopOnNonFiniteLoss
+from fcos_d2.engine.launch import add_launcher_arguments, launch
+from fcos_d2.engine.resumable_loader import build_resumable_train_loader
+from fcos_d2.engine.resume import ExactResume
 from fcos_d2.visualization import save_loader_predictions
 
 logger = logging.getLogger("fcos_d2")
@@ -39,8 +42,9 @@ logger = logging.getLogger("fcos_d2")
 
 class Trainer(DefaultTrainer):
     """DefaultTrainer with COCO box evaluation, a summary.txt per evaluation, data loaders
-    that use FCOSDatasetMapper and drop invalid boxes, and optionally no evaluation after the
-    last iteration (``skip_final_eval``)."""
+    that use FCOSDatasetMapper and drop invalid boxes, atomic checkpoints (FCOSCheckpointer),
+    exact resume (data stream and RNG states in the checkpoints), a stop on a non-finite loss,
+    and optionally no evaluation after the last iteration (``skip_final_eval``)."""
 
     def __init__(self, cfg, skip_final_eval: bool = False):
         self.skip_final_eval = skip_final_eval  # read by build_hooks, in super().__init__
@@ -56,11 +60,12 @@ class Trainer(DefaultTrainer):
 
     @classmethod
     def build_train_loader(cls, cfg):
-        """detectron2's loader with FCOSDatasetMapper (16-bit images, errors naming the file),
-        on datasets whose invalid boxes are dropped (fcos_d2.data.boxes)."""
+        """detectron2's sampler stream, resumable exactly (fcos_d2.engine.resumable_loader), with
+        FCOSDatasetMapper (16-bit images, errors naming the file), on datasets whose invalid
+        boxes are dropped (fcos_d2.data.boxes)."""
         for name in cfg.DATASETS.TRAIN:
             filter_invalid_boxes_on_load(name)
-        return build_detection_train_loader(cfg, mapper=FCOSDatasetMapper(cfg, is_train=True))
+        return build_resumable_train_loader(cfg, mapper=FCOSDatasetMapper(cfg, is_train=True))
 
     @classmethod
     def build_test_loader(cls, cfg, dataset_name):
@@ -99,7 +104,9 @@ class Trainer(DefaultTrainer):
         self.checkpointer = FCOSCheckpointer.from_config(
             self.cfg, self.checkpointer.model, self.cfg.OUTPUT_DIR, reinit_mismatched=True,
             **self.checkpointer.checkpointables)
-        hook_list = super().build_hooks()
+        # First: the states they save must be taken before the checkpointer's after_step.
+        hook_list = [ExactResume(self.cfg.SOLVER.CHECKPOINT_PERIOD), StopOnNonFiniteLoss(),
+                     *super().build_hooks()]
         if self.skip_final_eval:  # the same evaluation function (EvalHook._func in v0.6 and
             # main), in a hook that skips the evaluation after the last iteration
             eval_hook = next(h for h in hook_list if isinstance(h, hooks.EvalHook))
@@ -164,7 +171,7 @@ def main(args):
 
 
 def argument_parser():
-    parser = default_argument_parser()
+    parser = add_launcher_arguments(default_argument_parser())
     parser.add_argument("--skip-test", action="store_true",
                         help="do not evaluate after the last iteration (periodic evaluations stay)")
     parser.add_argument("--register-coco", nargs=3, action="append", default=[],
@@ -180,4 +187,4 @@ if __name__ == "__main__":
     args = argument_parser().parse_args()
     print("Command Line Args:", args)
     launch(main, args.num_gpus, num_machines=args.num_machines, machine_rank=args.machine_rank,
-           dist_url=args.dist_url, args=(args,))
+           dist_url=args.dist_url, args=(args,), timeout=timedelta(seconds=args.dist_timeout))

@@ -110,3 +110,36 @@ def create_local_process_group(num_workers_per_machine: int) -> None:
         group = dist.new_group(ranks)  # every rank must take part in every new_group
         if rank in ranks:
             comm._LOCAL_PROCESS_GROUP = group
+
+
+def _save_the_optimizer_with_default_trainer() -> None:
+    """detectron2 v0.6's ``DefaultTrainer.state_dict`` holds the iteration and the hooks'
+    states only: the optimizer (momentum buffers, each group's current LR) and AMP's grad
+    scaler are not saved, so a resumed run starts without momentum and, for its first
+    iteration, with the LR the optimizer was built with. Current main saves them under
+    "_trainer" (``SimpleTrainer.state_dict``); v0.6 gets the same methods here."""
+    import logging
+
+    from detectron2.engine import DefaultTrainer, TrainerBase
+
+    if DefaultTrainer.state_dict is not TrainerBase.state_dict:
+        return  # detectron2 main: DefaultTrainer saves "_trainer" itself
+
+    def state_dict(self):
+        state = TrainerBase.state_dict(self)
+        state["_trainer"] = self._trainer.state_dict()
+        return state
+
+    def load_state_dict(self, state):
+        TrainerBase.load_state_dict(self, state)
+        if "_trainer" in state:
+            self._trainer.load_state_dict(state["_trainer"])
+        else:
+            logging.getLogger(__name__).warning(
+                "The checkpoint has no optimizer state (written by detectron2 v0.6 without "
+                "fcos_d2): the optimizer starts again from zero momentum.")
+
+    DefaultTrainer.state_dict, DefaultTrainer.load_state_dict = state_dict, load_state_dict
+
+
+_save_the_optimizer_with_default_trainer()

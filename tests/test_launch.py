@@ -1,5 +1,7 @@
 """fcos_d2.engine.launch: one process, spawned CPU workers over gloo, and workers started by torchrun."""
+import argparse
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -11,7 +13,7 @@ import torch.distributed as dist
 from detectron2.engine import defaults
 from detectron2.utils import comm
 
-from fcos_d2.engine.launch import launch
+from fcos_d2.engine.launch import add_launcher_arguments, launch
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -65,7 +67,7 @@ def test_under_torchrun_each_process_joins_the_job_and_runs_main_once(tmp_path, 
         import sys
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         import fcos_d2
-        from fcos_d2.engine.launch import launch
+        from fcos_d2.engine.launch import add_launcher_arguments, launch
         from test_launch import report_worker
 
         if __name__ == "__main__":
@@ -79,3 +81,15 @@ def test_under_torchrun_each_process_joins_the_job_and_runs_main_once(tmp_path, 
         cwd=REPO, capture_output=True, text=True, timeout=240)
     assert run.returncode == 0, run.stderr[-5000:]
     assert reports(tmp_path / "reports") == expected_reports(2)
+
+
+def test_local_rank_from_torch_distributed_launch_is_accepted_in_both_spellings(monkeypatch,
+                                                                                capsys):
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    parser = add_launcher_arguments(argparse.ArgumentParser())
+    assert parser.parse_args(["--local_rank", "1"]).local_rank == 1
+    assert os.environ["LOCAL_RANK"] == "1"  # torch < 1.9 set only the argument
+    assert parser.parse_args(["--local-rank=1"]).local_rank == 1
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--local-rank=0"])
+    assert "--local-rank 0 differs from the environment's LOCAL_RANK=1" in capsys.readouterr().err

@@ -1,4 +1,8 @@
 """Training and launch machinery that detectron2's engine does not provide."""
-from .launch import launch
+from .hooks import StopOnNonFiniteLoss
+from .launch import WorkerLostError, launch
+from .resumable_loader import ResumableTrainLoader, build_resumable_train_loader
+from .resume import ExactResume
 
-__all__ = ["launch"]
+__all__ = ["ExactResume", "ResumableTrainLoader", "StopOnNonFiniteLoss", "WorkerLostError",
+           "build_resumable_train_loader", "launch"]

@@ -9,6 +9,7 @@ How the workers start is chosen from the environment:
   can only spawn NCCL workers);
 * otherwise: detectron2's own ``launch`` (one process, or one per GPU).
 """
+import argparse
 import os
 import socket
 from datetime import timedelta
@@ -22,11 +23,43 @@ from detectron2.utils import comm
 
 from .. import compat
 
-__all__ = ["DEFAULT_TIMEOUT", "launch"]
+__all__ = ["DEFAULT_TIMEOUT", "WorkerLostError", "add_launcher_arguments", "launch"]
 
 DEFAULT_TIMEOUT = timedelta(minutes=30)
 
 _TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+
+# What gloo says when the other end of a collective is gone or silent.
+_LOST_WORKER_SIGNS = ("Connection reset by peer", "Connection closed by peer", "Timed out",
+                      "Broken pipe", "Connection refused")
+
+
+class WorkerLostError(RuntimeError):
+    """Another worker of the job died or stopped answering during a collective."""
+
+
+def add_launcher_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Adds what launchers pass to the script: ``--local-rank`` / ``--local_rank`` (from
+    ``python -m torch.distributed.launch``, which also sets the environment variables that
+    torchrun sets) and ``--dist-timeout``."""
+    parser.add_argument("--local-rank", "--local_rank", type=int, default=None,
+                        action=_LocalRankAction, help="set by torch.distributed.launch; the "
+                        "worker's rank on its machine (also read from $LOCAL_RANK)")
+    parser.add_argument("--dist-timeout", type=float, default=DEFAULT_TIMEOUT.total_seconds(),
+                        metavar="SECONDS", help="how long a worker waits for the others in a "
+                        "collective operation before it stops with an error")
+    return parser
+
+
+class _LocalRankAction(argparse.Action):
+    """Stores --local-rank and makes $LOCAL_RANK agree with it (torch < 1.9 set only the
+    argument)."""
+
+    def __call__(self, parser, namespace, value, option_string=None):
+        if os.environ.setdefault("LOCAL_RANK", str(value)) != str(value):
+            parser.error(f"{option_string} {value} differs from the environment's "
+                         f"LOCAL_RANK={os.environ['LOCAL_RANK']}")
+        setattr(namespace, self.dest, value)
 
 
 def launch(
@@ -57,7 +90,7 @@ def launch(
     world_size = num_machines * num_gpus_per_machine
     if all(name in os.environ for name in _TORCHRUN_VARIABLES):
         _join_torchrun_job(timeout)
-        main_func(*args)
+        _run_in_job(main_func, args)
         dist.destroy_process_group()
     elif world_size > 1 and not torch.cuda.is_available():
         if dist_url in (None, "auto"):
@@ -65,13 +98,13 @@ def launch(
                 raise ValueError(f"dist_url={dist_url!r} picks a port on this machine; a job on "
                                  f"{num_machines} machines needs an explicit tcp://HOST:PORT")
             dist_url = f"tcp://127.0.0.1:{_free_port()}"
-        mp.start_processes(
-            _cpu_worker,
-            nprocs=num_gpus_per_machine,
-            args=(main_func, num_gpus_per_machine, num_machines, machine_rank, dist_url,
-                  tuple(args), timeout),
-            start_method="spawn",
-        )
+        worker_args = (main_func, num_gpus_per_machine, num_machines, machine_rank, dist_url,
+                       tuple(args), timeout)
+        if num_gpus_per_machine == 1:  # one worker on this machine: this process is it, so
+            _cpu_worker(0, *worker_args)  # that stopping this process stops the worker
+        else:
+            mp.start_processes(_cpu_worker, nprocs=num_gpus_per_machine, args=worker_args,
+                               start_method="spawn")
     else:
         d2_launch(main_func, num_gpus_per_machine, num_machines, machine_rank, dist_url,
                   args=tuple(args), timeout=timeout)
@@ -98,13 +131,30 @@ def _cpu_worker(local_rank: int, main_func: Callable[..., Any], workers_per_mach
                             world_size=num_machines * workers_per_machine,
                             rank=machine_rank * workers_per_machine + local_rank, timeout=timeout)
     # Each worker would otherwise start one thread per core: N workers on N cores then run
-    # N^2 threads and crawl. torchrun makes the same choice (OMP_NUM_THREADS).
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers_per_machine))
+    # N^2 threads and crawl. torchrun makes the same choice (OMP_NUM_THREADS), and so does
+    # this unless OMP_NUM_THREADS says otherwise (e.g. several "machines" on one host).
+    if "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers_per_machine))
     _use_cpu_ddp_in_default_trainer()
     compat.create_local_process_group(workers_per_machine)
     comm.synchronize()
-    main_func(*args)
+    _run_in_job(main_func, args)
     dist.destroy_process_group()
+
+
+def _run_in_job(main_func: Callable[..., Any], args: Sequence[Any]) -> None:
+    """Runs ``main_func(*args)`` in a worker of a process group; a collective that fails
+    because another worker is gone raises ``WorkerLostError``, which says so."""
+    try:
+        main_func(*args)
+    except RuntimeError as error:
+        if not any(sign in str(error) for sign in _LOST_WORKER_SIGNS):
+            raise
+        raise WorkerLostError(
+            f"worker {dist.get_rank()} of {dist.get_world_size()} lost contact with another "
+            f"worker of the job: it died, or did not answer within the collective timeout "
+            f"(--dist-timeout). This worker stops too; the first error is in the log of the "
+            f"worker that stopped first. (gloo: {str(error).splitlines()[0][:300]})") from error
 
 
 def _use_cpu_ddp_in_default_trainer() -> None:

@@ -1,0 +1,148 @@
+"""Runs ``train_net.py`` (or another script) in processes forked from one server that
+has imported it once.
+
+Starting a Python process that imports torch and detectron2 costs seconds of CPU; the
+fault tests run about ten trainings. The server (this file, run as a script) imports
+everything ``train_net.py`` needs and never computes anything (so forking it is safe);
+each training is a fork that runs ``train_net.py`` as ``__main__`` with its own argv,
+stdout and stderr going to a log file. A training can be given faults: die by SIGKILL
+when iteration ``kill_at`` starts, or get a NaN classification loss at ``nan_at``; and
+``record`` appends, per iteration, the image ids the model was given to a JSON-lines file.
+
+``TrainingProcesses`` is the pytest side: ``start`` a training, ``wait`` for it.
+"""
+import json
+import os
+import runpy
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class TrainingProcesses:
+    """A client of the server: one instance per test module; ``close()`` at the end."""
+
+    def __init__(self):
+        path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+        env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
+        self._server = subprocess.Popen([sys.executable, __file__], cwd=REPO, env=env, text=True,
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self._running = set()  # started, not waited for
+
+    def _ask(self, request: dict) -> dict:
+        self._server.stdin.write(json.dumps(request) + "\n")
+        self._server.stdin.flush()
+        reply = self._server.stdout.readline()
+        if not reply:
+            raise RuntimeError(f"the training server stopped (status {self._server.wait()})")
+        return json.loads(reply)
+
+    def start(self, argv: List[str], log: Path, kill_at: Optional[int] = None,
+              nan_at: Optional[int] = None, record: Optional[Path] = None,
+              script: Path = REPO / "train_net.py") -> int:
+        """Starts ``script *argv`` (train_net.py by default); returns its process id."""
+        faults = {"kill_at": kill_at, "nan_at": nan_at, "record": record and str(record)}
+        pid = self._ask({"op": "start", "argv": argv, "log": str(log), "script": str(script),
+                         **faults})["pid"]
+        self._running.add(pid)
+        return pid
+
+    def wait(self, pid: int, timeout: float = 300) -> Tuple[int, float]:
+        """(exit status, or minus the signal that ended it; time.time() when it ended)."""
+        reply = self._ask({"op": "wait", "pid": pid, "timeout": timeout})
+        self._running.discard(pid)
+        return reply["returncode"], reply["ended_at"]
+
+    def close(self) -> None:
+        """Ends the server, and the trainings not waited for (a test failed)."""
+        for pid in list(self._running):
+            self.wait(pid, timeout=0)  # kills it
+        self._server.stdin.close()
+        self._server.kill()
+        self._server.wait()
+
+
+def _install_faults(kill_at: Optional[int], nan_at: Optional[int], record: Optional[str]):
+    from detectron2.utils.events import get_event_storage
+
+    from fcos_d2.modeling.meta_arch import FCOS
+
+    forward = FCOS.forward
+
+    def forward_with_faults(self, batched_inputs):
+        if not self.training:
+            return forward(self, batched_inputs)
+        iteration = get_event_storage().iter
+        if record:
+            with open(record, "a") as f:
+                ids = [d["image_id"] for d in batched_inputs]
+                f.write(json.dumps({"iteration": iteration, "image_ids": ids}) + "\n")
+        if iteration == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        losses = forward(self, batched_inputs)
+        if iteration == nan_at:
+            losses["loss_fcos_cls"] = losses["loss_fcos_cls"] * float("nan")
+        return losses
+
+    FCOS.forward = forward_with_faults
+
+
+def _run_child(request: dict) -> None:
+    """The body of a forked training; never returns."""
+    status = 1
+    try:
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        _install_faults(request["kill_at"], request["nan_at"], request["record"])
+        sys.argv = [request["script"], *request["argv"]]
+        runpy.run_path(request["script"], run_name="__main__")
+        status = 0
+    except SystemExit as exit:
+        status = exit.code if isinstance(exit.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+
+
+def _wait(pid: int, timeout: float) -> dict:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return {"returncode": os.waitstatus_to_exitcode(status), "ended_at": time.time()}
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return {"returncode": -signal.SIGKILL, "ended_at": time.time(), "timed_out": True}
+
+
+def _serve() -> None:
+    sys.path.insert(0, str(REPO))
+    import train_net  # noqa: F401  (imports torch, detectron2 and fcos_d2 once, for all forks)
+
+    for line in sys.stdin:
+        request = json.loads(line)
+        if request["op"] == "start":
+            sys.stdout.flush()
+            pid = os.fork()
+            if pid == 0:
+                _run_child(request)
+            reply = {"pid": pid}
+        else:
+            reply = _wait(request["pid"], request["timeout"])
+        print(json.dumps(reply), flush=True)
+
+
+if __name__ == "__main__":
+    _serve()
