@@ -108,7 +108,8 @@ class FCOSDetectorGraph(nn.Module):
         index = torch.where(valid, index, torch.zeros_like(index))  # padding slots -> 0
         location = torch.div(index, num_classes, rounding_mode="floor")  # (N, T)
         box_ltrb = ltrb.gather(1, location[..., None].expand(-1, -1, 4))  # (N, T, 4)
-        boxes = decode_boxes(locations[location].reshape(-1, 2), box_ltrb.reshape(-1, 4))
+        boxes = decode_boxes(locations.index_select(0, location.flatten()),  # (N * T, 4)
+                             box_ltrb.reshape(-1, 4))
         return boxes.reshape(-1, slots, 4), top, index % num_classes, valid
 
     def select(self, boxes: Tensor, scores: Tensor, classes: Tensor, valid: Tensor,
@@ -118,24 +119,26 @@ class FCOSDetectorGraph(nn.Module):
         levels; outputs as the module docstring says."""
         model = self.model
         slots = model.topk_candidates * len(model.strides)  # S, a constant of the graph
-        flat_scores = scores.flatten()  # (N * S,)
+        # Flat indices and index_select throughout: ONNX Gather, no advanced indexing.
+        flat_scores, flat_boxes = scores.flatten(), boxes.reshape(-1, 4)  # (N * S,), (N * S, 4)
         position = valid.flatten().nonzero()[:, 0]  # (V,) the valid slots
         image = torch.div(position, slots, rounding_mode="floor")
-        group = image * model.num_classes + classes.flatten()[position]  # (V,)
-        keep = class_wise_nms(boxes.reshape(-1, 4)[position], flat_scores[position], group,
+        group = image * model.num_classes + classes.flatten().index_select(0, position)  # (V,)
+        keep = class_wise_nms(flat_boxes.index_select(0, position),
+                              flat_scores.index_select(0, position), group,
                               extent=image_sizes.max(), iou_threshold=model.nms_thresh)
-        kept = position[keep]
-        kept_scores = torch.full_like(flat_scores, -1.0).scatter(0, kept, flat_scores[kept])
-        top, index = kept_scores.reshape(-1, slots).topk(  # (N, D_max) each
-            min(model.max_detections_per_image, slots), dim=1)
-        boxes = boxes.gather(1, index[..., None].expand(-1, -1, 4))  # (N, D_max, 4)
-        classes = classes.gather(1, index)
-        widths, heights = boxes[..., 2] - boxes[..., 0], boxes[..., 3] - boxes[..., 1]
+        kept = position.index_select(0, keep)
+        kept_scores = torch.full_like(flat_scores, -1.0).scatter(
+            0, kept, flat_scores.index_select(0, kept))
+        most = min(model.max_detections_per_image, slots)
+        top, index = kept_scores.reshape(-1, slots).topk(most, dim=1)  # (N, most) each
+        boxes = boxes.gather(1, index[..., None].expand(-1, -1, 4)).reshape(-1, 4)  # (N * most, 4)
+        classes, top = classes.gather(1, index).flatten(), top.flatten()  # (N * most,)
+        widths, heights = boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]
         # detector_postprocess keeps non-empty boxes only (Boxes.nonempty, threshold 0)
-        chosen = (top >= 0) & (widths > 0) & (heights > 0)  # (N, D_max)
-        batch_index, slot = chosen.nonzero().unbind(1)  # (D,) each, image-major order
-        return boxes[batch_index, slot], top[batch_index, slot], classes[batch_index, slot], \
-            batch_index
+        chosen = ((top >= 0) & (widths > 0) & (heights > 0)).nonzero()[:, 0]  # (D,) image-major
+        return (boxes.index_select(0, chosen), top.index_select(0, chosen),
+                classes.index_select(0, chosen), torch.div(chosen, most, rounding_mode="floor"))
 
 
 def clip_to_sizes(boxes: Tensor, image_sizes: Tensor) -> Tensor:
