@@ -26,7 +26,8 @@ def summary_path(output_dir: str, dataset_name: str) -> str:
 
 
 def format_summary(dataset_name: str, bbox_results: Mapping[str, float],
-                   iterations: Optional[int], time: Optional[datetime.datetime] = None) -> str:
+                   iterations: Optional[int], time: Optional[datetime.datetime] = None,
+                   model: Optional[str] = None) -> str:
     """Formats one evaluation as a block of text.
 
     Args:
@@ -35,13 +36,16 @@ def format_summary(dataset_name: str, bbox_results: Mapping[str, float],
             ``SUMMARY_METRICS`` and "AP-<class name>" per category, in percent.
         iterations: training iterations the evaluated weights had; None if unknown.
         time: the time stamp of the block; now if None.
+        model: what was evaluated, when not the PyTorch model (e.g. "ONNX fcos.onnx"); it
+            then gets a "model: ..." field after the iterations.
 
     Returns:
         The block, ending with an empty line. Missing or NaN metrics read "nan".
     """
     time = time or datetime.datetime.now()
     done = "unknown" if iterations is None else str(iterations)
-    lines = [f"== {dataset_name} | iterations trained: {done} | "
+    evaluated = f"model: {model} | " if model else ""
+    lines = [f"== {dataset_name} | iterations trained: {done} | {evaluated}"
              f"{time:%Y-%m-%d %H:%M:%S} ==",
              "  " + " ".join(f"{name:>6}" for name in SUMMARY_METRICS),
              "  " + " ".join(_number(bbox_results.get(name)) for name in SUMMARY_METRICS)]
@@ -55,7 +59,7 @@ def format_summary(dataset_name: str, bbox_results: Mapping[str, float],
 
 
 def append_summary(output_dir: str, dataset_name: str, bbox_results: Mapping[str, float],
-                   iterations: Optional[int]) -> str:
+                   iterations: Optional[int], model: Optional[str] = None) -> str:
     """Appends ``format_summary(...)`` to ``summary_path(output_dir, dataset_name)``.
 
     Returns:
@@ -64,12 +68,12 @@ def append_summary(output_dir: str, dataset_name: str, bbox_results: Mapping[str
     path = summary_path(output_dir, dataset_name)
     PathManager.mkdirs(os.path.dirname(path))
     with PathManager.open(path, "a") as f:
-        f.write(format_summary(dataset_name, bbox_results, iterations))
+        f.write(format_summary(dataset_name, bbox_results, iterations, model=model))
     return path
 
 
 def append_summaries(output_dir: str, dataset_names: Sequence[str], results: Mapping,
-                     iterations: Optional[int]) -> None:
+                     iterations: Optional[int], model: Optional[str] = None) -> None:
     """``append_summary`` for each dataset of ``DefaultTrainer.test``'s results that has
     "bbox" results.
 
@@ -79,11 +83,12 @@ def append_summaries(output_dir: str, dataset_names: Sequence[str], results: Map
         results: dataset -> task -> metrics; for a single dataset, task -> metrics, as
             ``DefaultTrainer.test`` returns it then.
         iterations: training iterations the evaluated weights had; None if unknown.
+        model: as in :func:`format_summary`.
     """
     per_dataset = {dataset_names[0]: results} if len(dataset_names) == 1 else results
     for name, result in per_dataset.items():
         if "bbox" in result:
-            append_summary(output_dir, name, result["bbox"], iterations)
+            append_summary(output_dir, name, result["bbox"], iterations, model)
 
 
 def iterations_trained(max_iter: int) -> Optional[int]:

@@ -16,6 +16,7 @@ The whole graph's inputs and outputs: see fcos_d2/export/onnx_graph.py (``images
 import argparse
 import sys
 from pathlib import Path
+from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -52,10 +53,11 @@ def export_dense(model, height: int, width: int, output: str, opset: int = 17) -
     return max(float(np.abs(g - e.numpy()).max()) for g, e in zip(got, expected))
 
 
-def export_whole(cfg, model, args) -> bool:
+def export_whole(cfg, model, args, iterations: Optional[int]) -> bool:
     """Writes the whole-detector graph (and the TorchScript file); prints the agreement
     with PyTorch per check size; returns whether everything agrees."""
-    export_onnx(model, args.output, opset=args.opset, input_dtype=args.input_dtype)
+    export_onnx(model, args.output, opset=args.opset, input_dtype=args.input_dtype,
+                iterations=iterations)
     sizes = check_sizes(cfg.INPUT.MIN_SIZE_TEST)
     lines = [f"onnxruntime, {line}" for line in check_against_pytorch(
         model, onnxruntime_runner(args.output), sizes, args.input_dtype)]
@@ -100,11 +102,12 @@ def main() -> None:
     cfg.merge_from_list(args.opts)
     cfg.MODEL.DEVICE = "cpu"
     model = build_model(cfg).eval()
-    DetectionCheckpointer(model).load(cfg.MODEL.WEIGHTS)
+    checkpoint = DetectionCheckpointer(model).load(cfg.MODEL.WEIGHTS)
+    iteration = checkpoint.get("iteration")  # 0-based, of the last finished iteration
     if args.dense:
         error = export_dense(model, args.height, args.width, args.output, args.opset)
         print(f"wrote {args.output}; onnxruntime vs PyTorch: max abs difference {error:.2e}")
-    elif not export_whole(cfg, model, args):
+    elif not export_whole(cfg, model, args, None if iteration is None else iteration + 1):
         raise SystemExit("the exported detector disagrees with PyTorch (lines marked DIFFER)")
 
 

@@ -4,7 +4,7 @@ detections against PyTorch's.
 Symbols: N images, D detections.
 """
 import warnings
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -42,9 +42,11 @@ def sample_inputs(dtype: torch.dtype = torch.float32, size: Tuple[int, int] = (1
     return pad_batch(images)
 
 
-def export_onnx(model: FCOS, path: str, *, opset: int = 17, input_dtype: str = "float32") -> None:
+def export_onnx(model: FCOS, path: str, *, opset: int = 17, input_dtype: str = "float32",
+                iterations: Optional[int] = None) -> None:
     """Writes the whole detector (``FCOSDetectorGraph``) as one ONNX graph with dynamic
-    N, H, W and D."""
+    N, H, W and D; ``iterations`` (of training, if known) goes into its metadata, for
+    ``tools/test_onnx.py``'s summary."""
     if input_dtype not in INPUT_DTYPES:
         raise ValueError(f"input dtype '{input_dtype}': expected one of {sorted(INPUT_DTYPES)}")
     graph = FCOSDetectorGraph(model.eval()).eval()
@@ -57,6 +59,14 @@ def export_onnx(model: FCOS, path: str, *, opset: int = 17, input_dtype: str = "
         torch.onnx.export(graph, sample_inputs(INPUT_DTYPES[input_dtype]), path,
                           input_names=INPUT_NAMES, output_names=OUTPUT_NAMES,
                           opset_version=opset, dynamic_axes=dynamic_axes, dynamo=False)
+    if iterations is not None:
+        import onnx
+
+        from .runtime import ITERATION_KEY
+
+        graph_file = onnx.load(path)
+        onnx.helper.set_model_props(graph_file, {ITERATION_KEY: str(iterations)})
+        onnx.save(graph_file, path)
 
 
 def trace_torchscript(model: FCOS, path: str, input_dtype: str = "float32") -> None:
