@@ -6,9 +6,11 @@ from .config import add_fcos_config
 # Side effects: register the backbone builder and the FCOS meta-architecture.
 from .modeling import FCOS, FCOSHead, build_fcos_resnet_fpn_backbone  # noqa: E402
 
+from .export import Predictor  # noqa: E402
+
 # Side effect: registers the built-in datasets synthetic_shapes_{train,val} (generated on
 # first use, not at import).
 from . import data  # noqa: E402,F401
 
 __version__ = "0.1.0"
-__all__ = ["add_fcos_config", "build_fcos_resnet_fpn_backbone", "FCOS", "FCOSHead"]
+__all__ = ["add_fcos_config", "build_fcos_resnet_fpn_backbone", "FCOS", "FCOSHead", "Predictor"]
