@@ -4,7 +4,8 @@ TorchScript file loaded without fcos_d2 or detectron2.
 
 Models: the quickstart config made tiny, random weights with the class bias lifted to
 -1 (probability 0.27, above the 0.05 threshold) so that every image has detections; a
-"quiet" model keeps the prior bias (probability 0.01), so it detects nothing.
+"quiet" model keeps the prior bias (probability 0.01), so it detects nothing; "other_keys"
+thresholds the final score and changes top-k, NMS and detections per image.
 """
 import json
 import subprocess
@@ -32,6 +33,7 @@ CASES = {
     "black": ("GN", [(96, 96)]),
     "bn": ("BN", [(97, 131)]),
     "no_norm": ("", [(97, 131)]),
+    "other_keys": ("other_keys", [(97, 131), (128, 128)]),
     "quiet": ("quiet", [(128, 128)]),
     "quiet_black": ("quiet", [(128, 128)]),
 }
@@ -59,11 +61,21 @@ assert not any(m.split(".")[0] in ("fcos_d2", "detectron2") for m in sys.modules
 """
 
 
+# Config overrides per model; "other_keys" sets every inference key to a non-default value.
+MODELS = {
+    "GN": ["MODEL.FCOS.NORM", "GN"], "BN": ["MODEL.FCOS.NORM", "BN"], "": ["MODEL.FCOS.NORM", ""],
+    "quiet": [],
+    "other_keys": ["MODEL.FCOS.INFERENCE_TH_ON", "final_score", "MODEL.FCOS.INFERENCE_TH_TEST",
+                   "0.3", "MODEL.FCOS.PRE_NMS_TOPK_TEST", "40", "MODEL.FCOS.NMS_TH_TEST", "0.3",
+                   "TEST.DETECTIONS_PER_IMAGE", "12"],
+}
+
+
 def tiny_model(kind: str):
     cfg = get_cfg()
     add_fcos_config(cfg)
     cfg.merge_from_file(str(REPO / "configs" / "quickstart.yaml"))
-    cfg.merge_from_list(TINY + ["MODEL.FCOS.NORM", "" if kind == "quiet" else kind])
+    cfg.merge_from_list(TINY + MODELS[kind])
     torch.manual_seed(0)
     model = build_model(cfg).eval()
     if kind != "quiet":
@@ -129,6 +141,13 @@ def test_padded_batch_of_two_sizes_gives_each_image_its_own_detections(runs):
 @pytest.mark.parametrize("case", ["black", "bn", "no_norm"])
 def test_group_norm_batch_norm_and_plain_heads_export_and_match(runs, case):
     assert_same_detections(*runs[case])
+
+
+def test_threshold_on_final_score_top_k_nms_and_detections_per_image_are_those_of_the_config(
+        runs):
+    expected, got = runs["other_keys"]
+    assert max(len(e[1]) for e in expected) == 12  # TEST.DETECTIONS_PER_IMAGE
+    assert_same_detections(expected, got)
 
 
 @pytest.mark.parametrize("case", ["quiet", "quiet_black"])
