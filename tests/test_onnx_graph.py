@@ -19,7 +19,8 @@ from detectron2.config import get_cfg
 from detectron2.modeling import build_model
 
 from fcos_d2 import add_fcos_config
-from fcos_d2.export.files import export_onnx, pad_batch, pytorch_detections, trace_torchscript
+from fcos_d2.export.files import (export_onnx, onnxruntime_runner, pad_batch, pytorch_detections,
+                                  trace_torchscript)
 from fcos_d2.export.onnx_graph import split_by_image
 
 REPO = Path(__file__).resolve().parents[1]
@@ -91,10 +92,14 @@ def images_of(case: str):
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def models():
+    return {kind: tiny_model(kind) for kind in {kind for kind, _ in CASES.values()}}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, models):
     """Per case: (PyTorch's detections per image, onnxruntime's per image)."""
     folder = tmp_path_factory.mktemp("onnx_graph")
-    models = {kind: tiny_model(kind) for kind in {kind for kind, _ in CASES.values()}}
     for kind, model in models.items():
         export_onnx(model, str(folder / f"{kind}.onnx"))
     jobs, expected = [], {}
@@ -156,6 +161,16 @@ def test_an_image_without_detections_gives_empty_outputs(runs, case):
     assert len(expected[1]) == 0
     boxes, scores, classes = got
     assert boxes.shape == (0, 4) and scores.shape == (0,) and classes.shape == (0,)
+
+
+def test_graph_exported_for_uint8_pixels_takes_uint8_images(models, tmp_path):
+    export_onnx(models["GN"], str(tmp_path / "uint8.onnx"), input_dtype="uint8")
+    image = torch.randint(0, 256, (3, 97, 131), dtype=torch.uint8)
+    batch, sizes = pad_batch([image])
+    got = onnxruntime_runner(str(tmp_path / "uint8.onnx"))(batch.numpy(), sizes.numpy())
+    assert batch.dtype == torch.uint8
+    assert_same_detections(pytorch_detections(models["GN"], [image.float()]),
+                           split_by_image(got, 1))
 
 
 def test_torchscript_file_runs_without_fcos_d2_and_matches_pytorch(tmp_path):
