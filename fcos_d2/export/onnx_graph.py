@@ -53,7 +53,8 @@ class FCOSDetectorGraph(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, images: Tensor, image_sizes: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    def forward(self, images: Tensor,
+                image_sizes: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
         model = self.model
         logits, regression, centerness = model.forward_head(
             _Padded(self.normalize(images, image_sizes)))
@@ -110,7 +111,8 @@ class FCOSDetectorGraph(nn.Module):
         box_ltrb = ltrb.gather(1, location[..., None].expand(-1, -1, 4))  # (N, T, 4)
         boxes = decode_boxes(locations.index_select(0, location.flatten()),  # (N * T, 4)
                              box_ltrb.reshape(-1, 4))
-        return boxes.reshape(-1, slots, 4), top, index % num_classes, valid
+        # (padding slots score -1: clamped, so that the square root stays a number)
+        return boxes.reshape(-1, slots, 4), top.clamp(min=0), index % num_classes, valid
 
     def select(self, boxes: Tensor, scores: Tensor, classes: Tensor, valid: Tensor,
                image_sizes: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
