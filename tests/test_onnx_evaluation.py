@@ -15,12 +15,15 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import onnx
+import pytest
 import torch
 from detectron2.config import get_cfg
 from detectron2.modeling import build_model
 
 from fcos_d2 import add_fcos_config
 from fcos_d2.data import synthetic
+from fcos_d2.export.runtime import ONNXRuntimeDetector
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = ["--config-file", "configs/quickstart.yaml"]
@@ -87,3 +90,14 @@ def test_test_onnx_gives_the_ap_and_detections_of_eval_only(tmp_path):
                                atol=1e-4, rtol=0)
     np.testing.assert_allclose([r["bbox"] for r in got], [r["bbox"] for r in expected],
                                atol=0.01, rtol=0)
+
+
+def test_a_graph_that_is_not_the_whole_detector_is_refused_naming_the_file(tmp_path):
+    images = onnx.helper.make_tensor_value_info("images", onnx.TensorProto.FLOAT, [1, 3, 8, 8])
+    boxes = onnx.helper.make_tensor_value_info("boxes", onnx.TensorProto.FLOAT, [1, 3, 8, 8])
+    graph = onnx.helper.make_graph([onnx.helper.make_node("Identity", ["images"], ["boxes"])],
+                                   "dense_like", [images], [boxes])
+    onnx.save(onnx.helper.make_model(graph), tmp_path / "dense.onnx")
+    with pytest.raises(ValueError, match=r"dense.onnx: inputs \['images'\] are not those of "
+                                         r"the whole-detector graph .* without --dense"):
+        ONNXRuntimeDetector(str(tmp_path / "dense.onnx"))

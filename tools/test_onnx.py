@@ -40,10 +40,10 @@ def build_evaluator(cfg, dataset_name: str):
 
 
 def main(args) -> dict:
-    cfg = setup(args)
     if not os.path.isfile(args.onnx_model):
         raise SystemExit(f"test_onnx.py: --onnx-model {args.onnx_model} not found")
     model = ONNXRuntimeDetector(args.onnx_model, threads=args.threads)
+    cfg = setup(args)
     evaluators = [build_evaluator(cfg, name) for name in cfg.DATASETS.TEST]
     results = DefaultTrainer.test(cfg, model, evaluators)  # loader, inference, AP table
     append_summaries(cfg.OUTPUT_DIR, cfg.DATASETS.TEST, results, model.iterations_trained,
