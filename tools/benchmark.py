@@ -156,7 +156,7 @@ def onnx_vs_eager_latency(cfg, height: int, width: int, threads: int, repeats: i
         cfg: an FCOS config; its model is built with random weights (MODEL.WEIGHTS unread).
         height, width: the image size (a random image).
         threads: torch's and onnxruntime's intra-op threads.
-        repeats: timed runs after one warm-up; the median is reported.
+        repeats: timed runs of each after one warm-up, interleaved; medians are reported.
         class_bias: if not None, the class logits' bias; -2.2 lets about 5% of the
             (location, class) pairs pass the 0.05 threshold (a busy image, as
             ``bench_inference``), so that top-k and NMS do real work.
@@ -175,14 +175,22 @@ def onnx_vs_eager_latency(cfg, height: int, width: int, threads: int, repeats: i
         model.head.cls_logits.bias.data.fill_(class_bias)
     image = torch.rand(3, height, width) * 255
     batch, sizes = (x.numpy() for x in pad_batch([image]))
-    with tempfile.TemporaryDirectory() as folder:
+    with tempfile.TemporaryDirectory() as folder, torch.no_grad():
         export_onnx(model, f"{folder}/fcos.onnx")
         run = onnxruntime_runner(f"{folder}/fcos.onnx", threads)
-        t_onnx = median_seconds(lambda: run(batch, sizes), repeats)
-    with torch.no_grad():
-        t_eager = median_seconds(lambda: model([{"image": image}]), repeats)
+        # Interleaved, so that a change of load on a shared machine hits both alike.
+        runs = {"onnxruntime": lambda: run(batch, sizes),
+                "pytorch_eager": lambda: model([{"image": image}])}
+        times = {name: [] for name in runs}
+        for repeat in range(repeats + 1):  # the first round warms up
+            for name, fn in runs.items():
+                start = time.perf_counter()
+                fn()
+                if repeat:
+                    times[name].append(time.perf_counter() - start)
         detections = len(model([{"image": image}])[0]["instances"])
-    return {"pytorch_eager": t_eager, "onnxruntime": t_onnx, "detections": detections}
+    result = {name: statistics.median(values) for name, values in times.items()}
+    return {**result, "detections": detections}
 
 
 def bench_onnx(repeats: int, threads: int) -> None:
