@@ -12,7 +12,6 @@ nothing here. The evaluator's files go to OUTPUT_DIR/onnx/inference/<dataset>, s
 do not replace the PyTorch model's; the summary block goes to the same summary.txt as its.
 """
 import argparse
-import logging
 import os
 import sys
 from pathlib import Path
@@ -27,7 +26,6 @@ from fcos_d2.evaluation import append_summaries  # noqa: E402
 from fcos_d2.export.runtime import ONNXRuntimeDetector  # noqa: E402
 from train_net import Trainer, setup  # noqa: E402
 
-logger = logging.getLogger("fcos_d2")
 
 
 def build_evaluator(cfg, dataset_name: str):
