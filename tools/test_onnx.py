@@ -27,7 +27,6 @@ from fcos_d2.export.runtime import ONNXRuntimeDetector  # noqa: E402
 from train_net import Trainer, setup  # noqa: E402
 
 
-
 def build_evaluator(cfg, dataset_name: str):
     """``Trainer.build_evaluator`` (same COCOEvaluator settings), writing its files under
     OUTPUT_DIR/onnx/inference/<dataset>."""
