@@ -17,10 +17,9 @@ import numpy as np
 import torch
 from detectron2.config import get_cfg
 from detectron2.data import MetadataCatalog
-from detectron2.engine import DefaultPredictor
 from detectron2.utils.logger import setup_logger
 
-from fcos_d2 import add_fcos_config
+from fcos_d2 import Predictor, add_fcos_config
 from fcos_d2.data.images import read_image
 from fcos_d2.visualization import save_detections
 
@@ -39,25 +38,26 @@ def setup_cfg(args):
     return cfg
 
 
-def read_input(path: str) -> np.ndarray:
-    """The image at ``path`` as (H, W, 3) uint8 BGR; exits with a message naming it if it
-    cannot be read."""
+def read_input(path: str, input_format: str) -> np.ndarray:
+    """The image at ``path`` as (H, W, 3) uint8 in ``input_format`` ("BGR" or "RGB");
+    exits with a message naming it if it cannot be read."""
     try:
-        return read_image(path, format="BGR")
+        return read_image(path, format=input_format)
     except OSError as e:  # missing file, no permission, or not an image PIL can decode
         raise SystemExit(f"demo.py: cannot read --input image '{path}': {e}") from e
 
 
 def main(args):
     cfg = setup_cfg(args)
-    predictor = DefaultPredictor(cfg)
+    predictor = Predictor(cfg)
     metadata = MetadataCatalog.get(cfg.DATASETS.TEST[0] if cfg.DATASETS.TEST else "__no_dataset")
     for path in args.input:
-        image = read_input(path)
-        instances = predictor(image)["instances"].to("cpu")
+        image = read_input(path, cfg.INPUT.FORMAT)
+        instances = predictor(image)
         instances = instances[instances.scores >= args.confidence_threshold]
         name = os.path.splitext(os.path.basename(path))[0]
-        written = save_detections(image[:, :, ::-1], instances, metadata, args.output, name, path)
+        rgb = image[:, :, ::-1] if cfg.INPUT.FORMAT == "BGR" else image
+        written = save_detections(rgb, instances, metadata, args.output, name, path)
         logger.info(f"{path}: {len(instances)} detections -> {', '.join(written)}")
 
 

@@ -8,10 +8,12 @@ from .config import add_fcos_config, get_config_file
 from .modeling import (FCOS, FCOSHead, FCOSProposalGenerator, FCOSWithTTA,  # noqa: E402
                        build_fcos_resnet_fpn_backbone)
 
+from .export import Predictor  # noqa: E402
+
 # Side effect: registers the built-in datasets synthetic_shapes_{train,val} (generated on
 # first use, not at import).
 from . import data  # noqa: E402,F401
 
 __version__ = "0.1.0"
 __all__ = ["add_fcos_config", "get_config_file", "build_fcos_resnet_fpn_backbone", "FCOS",
-           "FCOSHead", "FCOSProposalGenerator", "FCOSWithTTA"]
+           "FCOSHead", "FCOSProposalGenerator", "FCOSWithTTA", "Predictor"]

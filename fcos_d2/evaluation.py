@@ -31,7 +31,7 @@ def summary_path(output_dir: str, dataset_name: str) -> str:
 
 def format_summary(dataset_name: str, bbox_results: Mapping[str, float],
                    iterations: Optional[int], time: Optional[datetime.datetime] = None,
-                   label: str = "") -> str:
+                   label: str = "", model: Optional[str] = None) -> str:
     """Formats one evaluation as a block of text.
 
     Args:
@@ -42,6 +42,8 @@ def format_summary(dataset_name: str, bbox_results: Mapping[str, float],
         time: the time stamp of the block; now if None.
         label: how the detections were made, after the dataset name in the block's
             first line (e.g. "TTA" for test-time augmentation); "" for plain inference.
+        model: what was evaluated, when not the PyTorch model (e.g. "ONNX fcos.onnx"); it
+            then gets a "model: ..." field after the iterations.
 
     Returns:
         The block, ending with an empty line. Missing or NaN metrics read "nan".
@@ -49,7 +51,8 @@ def format_summary(dataset_name: str, bbox_results: Mapping[str, float],
     time = time or datetime.datetime.now()
     done = "unknown" if iterations is None else str(iterations)
     title = f"{dataset_name} [{label}]" if label else dataset_name
-    lines = [f"== {title} | iterations trained: {done} | "
+    evaluated = f"model: {model} | " if model else ""
+    lines = [f"== {title} | iterations trained: {done} | {evaluated}"
              f"{time:%Y-%m-%d %H:%M:%S} ==",
              "  " + " ".join(f"{name:>6}" for name in SUMMARY_METRICS),
              "  " + " ".join(_number(bbox_results.get(name)) for name in SUMMARY_METRICS)]
@@ -63,7 +66,8 @@ def format_summary(dataset_name: str, bbox_results: Mapping[str, float],
 
 
 def append_summary(output_dir: str, dataset_name: str, bbox_results: Mapping[str, float],
-                   iterations: Optional[int], label: str = "") -> str:
+                   iterations: Optional[int], label: str = "",
+                   model: Optional[str] = None) -> str:
     """Appends ``format_summary(...)`` to ``summary_path(output_dir, dataset_name)``.
 
     Returns:
@@ -72,12 +76,13 @@ def append_summary(output_dir: str, dataset_name: str, bbox_results: Mapping[str
     path = summary_path(output_dir, dataset_name)
     PathManager.mkdirs(os.path.dirname(path))
     with PathManager.open(path, "a") as f:
-        f.write(format_summary(dataset_name, bbox_results, iterations, label=label))
+        f.write(format_summary(dataset_name, bbox_results, iterations, label=label, model=model))
     return path
 
 
 def append_summaries(output_dir: str, dataset_names: Sequence[str], results: Mapping,
-                     iterations: Optional[int], label: str = "") -> None:
+                     iterations: Optional[int], label: str = "",
+                     model: Optional[str] = None) -> None:
     """``append_summary`` for each dataset of ``DefaultTrainer.test``'s results that has
     "bbox" results.
 
@@ -87,12 +92,12 @@ def append_summaries(output_dir: str, dataset_names: Sequence[str], results: Map
         results: dataset -> task -> metrics; for a single dataset, task -> metrics, as
             ``DefaultTrainer.test`` returns it then.
         iterations: training iterations the evaluated weights had; None if unknown.
-        label: as in :func:`format_summary`.
+        label, model: as in :func:`format_summary`.
     """
     per_dataset = {dataset_names[0]: results} if len(dataset_names) == 1 else results
     for name, result in per_dataset.items():
         if "bbox" in result:
-            append_summary(output_dir, name, result["bbox"], iterations, label)
+            append_summary(output_dir, name, result["bbox"], iterations, label, model)
 
 
 def iterations_trained(max_iter: int) -> Optional[int]:

@@ -30,6 +30,14 @@ def test_summary_of_weights_without_iteration_and_of_empty_results_says_so():
                                   "     nan    nan    nan    nan    nan    nan", ""]
 
 
+def test_summary_of_another_model_than_pytorchs_names_it_after_the_iterations(tmp_path):
+    block = format_summary("d", BBOX, None, time=NOON, model="ONNX fcos.onnx")
+    assert block.splitlines()[0] == (
+        "== d | iterations trained: unknown | model: ONNX fcos.onnx | 2024-06-01 12:00:00 ==")
+    append_summaries(str(tmp_path), ["d"], {"bbox": BBOX}, None, model="ONNX fcos.onnx")
+    assert "| model: ONNX fcos.onnx |" in open(summary_path(str(tmp_path), "d")).read()
+
+
 def test_append_summary_adds_one_block_per_evaluation_in_order(tmp_path):
     path = append_summary(str(tmp_path), "shapes_val", BBOX, 100)
     assert append_summary(str(tmp_path), "shapes_val", BBOX, 200) == path

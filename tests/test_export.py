@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 QUICKSTART = ["--config-file", "configs/quickstart.yaml"]
 
 
-def test_exported_graph_matches_pytorch_in_onnxruntime(tmp_path):
+def test_dense_graph_matches_pytorch_in_onnxruntime(tmp_path):
     weights, output = tmp_path / "w.pth", tmp_path / "fcos.onnx"
     cfg = get_cfg()
     add_fcos_config(cfg)
@@ -23,7 +23,7 @@ def test_exported_graph_matches_pytorch_in_onnxruntime(tmp_path):
     cfg.MODEL.DEVICE = "cpu"
     torch.save({"model": build_model(cfg).state_dict()}, weights)
     result = subprocess.run(
-        [sys.executable, "tools/export_onnx.py", *QUICKSTART, "--height", "128", "--width", "160",
+        [sys.executable, "tools/export_onnx.py", *QUICKSTART, "--dense", "--height", "128", "--width", "160",
          "--output", str(output), "MODEL.WEIGHTS", str(weights)],
         cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]

@@ -6,14 +6,17 @@
    backbone + head (goal: under 10%), and fcos-d2's post-processing vs torchvision's
    ``postprocess_detections`` on the same head outputs.
 
-Usage: python tools/benchmark.py [--repeats 3] [--quick]
+3. With --onnx (only): the whole detector at 800x1216, R-50, batch 1: onnxruntime running
+   the exported graph vs PyTorch eager, same thread count (``onnx_vs_eager_latency``).
+
+Usage: python tools/benchmark.py [--repeats 3] [--quick] | [--onnx --threads 1]
 """
 import argparse
 import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Callable, List
+from typing import Callable, Dict, List, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -143,11 +146,82 @@ def bench_inference(repeats: int) -> None:
     print(f"  torchvision post-proc. {t_tv * 1e3:8.1f} ms   -> fcos-d2 is {t_tv / t_post:.2f}x as fast")
 
 
+def onnx_vs_eager_latency(cfg, height: int, width: int, threads: int, repeats: int,
+                          class_bias: Optional[float] = -2.2) -> Dict[str, float]:
+    """Median seconds per image (batch 1) of the whole detector: PyTorch eager
+    (``FCOS.forward``, post-processing included) vs onnxruntime running the whole graph of
+    ``tools/export_onnx.py``, both on the CPU with ``threads`` threads.
+
+    Args:
+        cfg: an FCOS config; its model is built with random weights (MODEL.WEIGHTS unread).
+        height, width: the image size (a random image).
+        threads: torch's and onnxruntime's intra-op threads.
+        repeats: timed runs of each after one warm-up, interleaved; medians are reported.
+        class_bias: if not None, the class logits' bias; -2.2 lets about 5% of the
+            (location, class) pairs pass the 0.05 threshold (a busy image, as
+            ``bench_inference``), so that top-k and NMS do real work.
+
+    Returns:
+        {"pytorch_eager": s, "onnxruntime": s, "detections": n} (n: PyTorch's count).
+    """
+    import tempfile
+
+    from fcos_d2.export.files import export_onnx, onnxruntime_runner, pad_batch
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    model = build_model(cfg).eval()
+    if class_bias is not None:
+        model.head.cls_logits.bias.data.fill_(class_bias)
+    image = torch.rand(3, height, width) * 255
+    batch, sizes = (x.numpy() for x in pad_batch([image]))
+    with tempfile.TemporaryDirectory() as folder, torch.no_grad():
+        export_onnx(model, f"{folder}/fcos.onnx")
+        run = onnxruntime_runner(f"{folder}/fcos.onnx", threads)
+        # Interleaved, so that a change of load on a shared machine hits both alike.
+        runs = {"onnxruntime": lambda: run(batch, sizes),
+                "pytorch_eager": lambda: model([{"image": image}])}
+        times = {name: [] for name in runs}
+        for repeat in range(repeats + 1):  # the first round warms up
+            for name, fn in runs.items():
+                start = time.perf_counter()
+                fn()
+                if repeat:
+                    times[name].append(time.perf_counter() - start)
+        detections = len(model([{"image": image}])[0]["instances"])
+    result = {name: statistics.median(values) for name, values in times.items()}
+    return {**result, "detections": detections}
+
+
+def bench_onnx(repeats: int, threads: int) -> None:
+    height, width = 800, 1216
+    cfg = get_cfg()
+    fcos_d2.add_fcos_config(cfg)
+    cfg.merge_from_file(str(Path(__file__).resolve().parents[1] / "configs" / "FCOS-R50.yaml"))
+    cfg.MODEL.DEVICE, cfg.MODEL.WEIGHTS = "cpu", ""
+    result = onnx_vs_eager_latency(cfg, height, width, threads, repeats)
+    print(f"[whole detector] R-50 FCOS, one {height}x{width} image, batch 1, {threads} threads, "
+          f"{result['detections']} detections, median of {repeats}")
+    print(f"  PyTorch eager          {result['pytorch_eager'] * 1e3:8.1f} ms")
+    print(f"  onnxruntime            {result['onnxruntime'] * 1e3:8.1f} ms   -> "
+          f"{result['pytorch_eager'] / result['onnxruntime']:.2f}x as fast as eager")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="4 images instead of 16")
+    parser.add_argument("--onnx", action="store_true",
+                        help="only the whole detector: onnxruntime vs PyTorch eager")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads(),
+                        help="--onnx: threads of both runtimes")
     args = parser.parse_args()
+    if args.onnx:
+        import onnxruntime
+
+        print(f"torch {torch.__version__}, onnxruntime {onnxruntime.__version__}")
+        bench_onnx(args.repeats, args.threads)
+        return
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     bench_training_targets(args.repeats, num_images=4 if args.quick else 16)
     bench_inference(args.repeats)

@@ -18,6 +18,33 @@ def decode_boxes(locations: Tensor, ltrb: Tensor) -> Tensor:
     return torch.cat([locations - ltrb[:, :2], locations + ltrb[:, 2:]], dim=1)
 
 
+def candidate_scores(
+    logits: Tensor, ctr_logits: Tensor, *, score_thresh: float, threshold_on: str = "probability"
+) -> Tuple[Tensor, Tensor]:
+    """Scores of every (location, class) pair and which pairs are candidates.
+
+    Shared by :func:`select_level_candidates` and the exported graph
+    (``fcos_d2.export.onnx_graph``), so that both threshold the same way.
+
+    Args:
+        logits: (..., Ri, K) classification logits.
+        ctr_logits: (..., Ri) centerness logits.
+        score_thresh: the threshold; on what, ``threshold_on`` says.
+        threshold_on: "probability" (the class probability must exceed it, official) or
+            "final_score" (sqrt(probability * sigmoid(centerness)) must exceed it).
+
+    Returns:
+        scores (..., Ri, K) = probability * sigmoid(centerness); candidates (..., Ri, K) bool.
+    """
+    probs = logits.sigmoid()  # (..., Ri, K)
+    scores = probs * ctr_logits.sigmoid()[..., None]  # (..., Ri, K)
+    if threshold_on == "probability":
+        candidates = probs > score_thresh
+    else:  # sqrt(scores) > score_thresh, without the square root of every entry
+        candidates = scores > score_thresh ** 2
+    return scores, candidates
+
+
 def select_level_candidates(
     logits: Tensor,
     ltrb: Tensor,
@@ -47,12 +74,8 @@ def select_level_candidates(
     Returns:
         boxes (C, 4) XYXY, scores (C,) = probability * centerness, classes (C,).
     """
-    probs = logits.sigmoid()  # (Ri, K)
-    scores = probs * ctr_logits.sigmoid()[:, None]  # (Ri, K)
-    if threshold_on == "probability":
-        candidates = probs > score_thresh
-    else:  # sqrt(scores) > score_thresh, without the square root of every entry
-        candidates = scores > score_thresh ** 2
+    scores, candidates = candidate_scores(logits, ctr_logits, score_thresh=score_thresh,
+                                          threshold_on=threshold_on)  # (Ri, K) each
     scores = scores[candidates]  # (C,)
     location_idx, classes = candidates.nonzero(as_tuple=True)
     if len(scores) > topk:
