@@ -9,6 +9,7 @@ Every evaluation appends a block to OUTPUT_DIR/inference/<dataset>/summary.txt.
 """
 import logging
 import os
+import warnings
 
 import fcos_d2  # noqa: F401  (first: detectron2 v0.6 shims; registers FCOS and datasets)
 import torch
@@ -25,6 +26,7 @@ from fcos_d2 import add_fcos_config, compat
 from fcos_d2.data import prepare_dataset
 from fcos_d2.data.register import check_num_classes, register_coco_dataset
 from fcos_d2.evaluation import append_summaries, expected_results_verdict, iterations_trained
+from fcos_d2.engine import CPUAMPTrainer
 from fcos_d2.engine.launch import launch
 from fcos_d2.visualization import save_loader_predictions
 
@@ -32,12 +34,19 @@ logger = logging.getLogger("fcos_d2")
 
 
 class Trainer(DefaultTrainer):
-    """DefaultTrainer with COCO box evaluation, a summary.txt per evaluation, and
-    optionally no evaluation after the last iteration (``skip_final_eval``)."""
+    """DefaultTrainer with COCO box evaluation, a summary.txt per evaluation, optionally no
+    evaluation after the last iteration (``skip_final_eval``), and SOLVER.AMP.ENABLED on
+    the CPU (bf16 autocast; detectron2's AMPTrainer is CUDA-only)."""
 
     def __init__(self, cfg, skip_final_eval: bool = False):
         self.skip_final_eval = skip_final_eval  # read by build_hooks, in super().__init__
-        super().__init__(cfg)
+        cpu_amp = cfg.SOLVER.AMP.ENABLED and cfg.MODEL.DEVICE == "cpu"
+        with warnings.catch_warnings():
+            if cpu_amp:  # the AMPTrainer built there is replaced below, with its CUDA scaler
+                warnings.filterwarnings("ignore", message=".*GradScaler.*")
+            super().__init__(cfg)
+        if cpu_amp:
+            self._trainer = CPUAMPTrainer.replacing(self._trainer, torch.bfloat16)
 
     @classmethod
     def build_evaluator(cls, cfg, dataset_name):
@@ -85,8 +94,8 @@ def setup(args):
     if cfg.MODEL.DEVICE.startswith("cuda") and not torch.cuda.is_available():
         fallback = f"CUDA is not available: MODEL.DEVICE {cfg.MODEL.DEVICE} -> cpu"
         if cfg.SOLVER.AMP.ENABLED:
-            fallback += ", SOLVER.AMP.ENABLED -> False (detectron2's AMP needs CUDA)"
-        cfg.MODEL.DEVICE, cfg.SOLVER.AMP.ENABLED = "cpu", False
+            fallback += " (SOLVER.AMP.ENABLED: bf16 autocast on the CPU)"
+        cfg.MODEL.DEVICE = "cpu"
     for name, json_file, image_root in args.register_coco:
         register_coco_dataset(name, json_file, image_root)
     check_num_classes([*cfg.DATASETS.TRAIN, *cfg.DATASETS.TEST], cfg.MODEL.FCOS.NUM_CLASSES)

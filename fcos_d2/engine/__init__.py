@@ -1,4 +1,5 @@
 """Training and launch machinery that detectron2's engine does not provide."""
+from .amp import CPUAMPTrainer
 from .launch import launch
 
-__all__ = ["launch"]
+__all__ = ["CPUAMPTrainer", "launch"]
