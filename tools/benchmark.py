@@ -213,7 +213,8 @@ def row_flops(args) -> List[dict]:
     print(f"  fcos-d2 backbone+head: {macs / 1e9:.1f} GMACs in {t_net:.2f} s = "
           f"{result['achieved_gflops']:.0f} GFLOP/s")
     print(f"  3x3 conv 256->256 at 200x304 (best of NCHW, NHWC): {peak / 1e9:.0f} GFLOP/s "
-          f"-> fraction of peak {result['fraction_of_peak']:.2f}, floor {result['floor_seconds']:.2f} s per image")
+          f"-> fraction of peak {result['fraction_of_peak']:.2f}, "
+          f"floor {result['floor_seconds']:.2f} s per image")
     return [result]
 
 
@@ -329,7 +330,7 @@ def machine(args) -> dict:
                platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
     info = {"cpu": cpu, "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
             "detectron2": __import__("detectron2").__version__, "device": args.device}
-    if args.device == "cuda":
+    if args.device == "cuda" and torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name()
     return info
 
