@@ -40,7 +40,7 @@ class Trainer(DefaultTrainer):
 
     def __init__(self, cfg, skip_final_eval: bool = False):
         self.skip_final_eval = skip_final_eval  # read by build_hooks, in super().__init__
-        cpu_amp = cfg.SOLVER.AMP.ENABLED and cfg.MODEL.DEVICE == "cpu"
+        cpu_amp = cfg.SOLVER.AMP.ENABLED and torch.device(cfg.MODEL.DEVICE).type == "cpu"
         with warnings.catch_warnings():
             if cpu_amp:  # the AMPTrainer built there is replaced below, with its CUDA scaler
                 warnings.filterwarnings("ignore", message=".*GradScaler.*")
