@@ -13,6 +13,7 @@ import logging
 import os
 from collections import OrderedDict
 from datetime import timedelta
+import warnings
 
 import fcos_d2  # noqa: F401  (first: detectron2 v0.6 shims; registers FCOS and datasets)
 import torch
@@ -31,6 +32,7 @@ from fcos_d2.data.boxes import filter_invalid_boxes_on_load
 from fcos_d2.data.mapper import FCOSDatasetMapper
 from fcos_d2.data.register import check_num_classes, register_coco_dataset
 from fcos_d2.evaluation import append_summaries, expected_results_verdict, iterations_trained
+from fcos_d2.engine import CPUAMPTrainer
 from fcos_d2.engine.hooks import StopOnNonFiniteLoss
 from fcos_d2.engine.launch import add_launcher_arguments, launch
 from fcos_d2.engine.resumable_loader import build_resumable_train_loader
@@ -44,11 +46,18 @@ class Trainer(DefaultTrainer):
     """DefaultTrainer with COCO box evaluation, a summary.txt per evaluation, data loaders
     that use FCOSDatasetMapper and drop invalid boxes, atomic checkpoints (FCOSCheckpointer),
     exact resume (data stream and RNG states in the checkpoints), a stop on a non-finite loss,
-    and optionally no evaluation after the last iteration (``skip_final_eval``)."""
+    SOLVER.AMP.ENABLED on the CPU (bf16 autocast; detectron2's AMPTrainer is CUDA-only), and
+    optionally no evaluation after the last iteration (``skip_final_eval``)."""
 
     def __init__(self, cfg, skip_final_eval: bool = False):
         self.skip_final_eval = skip_final_eval  # read by build_hooks, in super().__init__
-        super().__init__(cfg)
+        cpu_amp = cfg.SOLVER.AMP.ENABLED and torch.device(cfg.MODEL.DEVICE).type == "cpu"
+        with warnings.catch_warnings():
+            if cpu_amp:  # the AMPTrainer built there is replaced below, with its CUDA scaler
+                warnings.filterwarnings("ignore", message=".*GradScaler.*")
+            super().__init__(cfg)
+        if cpu_amp:
+            self._trainer = CPUAMPTrainer.replacing(self._trainer, torch.bfloat16)
 
     @classmethod
     def build_evaluator(cls, cfg, dataset_name, output_folder=None):
@@ -131,8 +140,8 @@ def setup(args):
     if cfg.MODEL.DEVICE.startswith("cuda") and not torch.cuda.is_available():
         fallback = f"CUDA is not available: MODEL.DEVICE {cfg.MODEL.DEVICE} -> cpu"
         if cfg.SOLVER.AMP.ENABLED:
-            fallback += ", SOLVER.AMP.ENABLED -> False (detectron2's AMP needs CUDA)"
-        cfg.MODEL.DEVICE, cfg.SOLVER.AMP.ENABLED = "cpu", False
+            fallback += " (SOLVER.AMP.ENABLED: bf16 autocast on the CPU)"
+        cfg.MODEL.DEVICE = "cpu"
     for name, json_file, image_root in args.register_coco:
         register_coco_dataset(name, json_file, image_root)
     check_num_classes([*cfg.DATASETS.TRAIN, *cfg.DATASETS.TEST], cfg.MODEL.FCOS.NUM_CLASSES)

@@ -6,7 +6,7 @@ from .config import add_fcos_config, get_config_file
 # Side effects: register the backbone builder, the FCOS meta-architecture and the FCOS
 # proposal generator.
 from .modeling import (FCOS, FCOSHead, FCOSProposalGenerator, FCOSWithTTA,  # noqa: E402
-                       build_fcos_resnet_fpn_backbone)
+                       build_fcos_resnet_fpn_backbone, fold_frozen_batchnorm)
 
 from .export import Predictor  # noqa: E402
 
@@ -16,4 +16,5 @@ from . import data  # noqa: E402,F401
 
 __version__ = "0.1.0"
 __all__ = ["add_fcos_config", "get_config_file", "build_fcos_resnet_fpn_backbone", "FCOS",
-           "FCOSHead", "FCOSProposalGenerator", "FCOSWithTTA", "Predictor"]
+           "FCOSHead", "FCOSProposalGenerator", "FCOSWithTTA", "Predictor",
+           "fold_frozen_batchnorm"]

@@ -1,230 +1,402 @@
-"""Side-by-side CPU benchmarks of fcos-d2 (ratios are measured in the same run).
+"""Side-by-side benchmark of the whole R-50 FCOS: fcos-d2 against torchvision's FCOS and
+detectron2's built-in FCOS, in one process, same thread count, contenders interleaved
+(one timing of each in turn, so that load from other processes hits all of them alike),
+median of the timings after a warm-up. Prints a table per row and writes a JSON file.
 
-1. Training targets + losses for a COCO-like batch (16 images of 800x1333, 50 boxes each,
-   80 classes): fcos-d2 vs torchvision's FCOS ``compute_loss`` on the same head outputs.
-2. Inference at 800x1216 with an R-50 FCOS: the share of post-processing in the time of
-   backbone + head (goal: under 10%), and fcos-d2's post-processing vs torchvision's
-   ``postprocess_detections`` on the same head outputs.
+Rows (``--rows``, comma-separated; default all):
+  inference  latency per image at batch 1 and throughput at batch 4, 800x1216, float32 and
+             bf16 (CPU; fp16 AMP with --device cuda); fcos-d2 as configs/FCOS-R50.yaml,
+             also with MODEL.FCOS.CHANNELS_LAST
+  training   one iteration (forward, backward, SGD step), batch 2, 800x1216, 20 boxes each
+  flops      backbone + head MACs (fvcore) and the achieved fraction of this machine's peak,
+             the rate of a large 3x3 convolution timed in the same run
+  memory     peak RSS (CUDA: peak allocated) of one inference and one training iteration,
+             each contender in a fresh subprocess so that the peaks are its own
+  parts      training targets + losses, and post-processing, against torchvision's
 
-3. With --onnx (only): the whole detector at 800x1216, R-50, batch 1: onnxruntime running
-   the exported graph vs PyTorch eager, same thread count (``onnx_vs_eager_latency``).
+Adding a row: one function ``row_<name>(args) -> List[dict]`` that prints its table and
+returns its results, and an entry in ``ROWS``.
 
-Usage: python tools/benchmark.py [--repeats 3] [--quick] | [--onnx --threads 1]
+Usage: python tools/benchmark.py [--rows inference,training] [--repeats 3] [--quick]
+       [--device cpu|cuda] [--threads N] [--json output/benchmark.json]
 """
 import argparse
+import contextlib
+import json
+import platform
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 
 import fcos_d2  # noqa: E402,F401  (before detectron2)
-from detectron2.config import get_cfg  # noqa: E402
-from detectron2.modeling import build_model  # noqa: E402
-from torchvision.models.detection import FCOS as TorchvisionFCOS  # noqa: E402
-from torchvision.models.detection.image_list import ImageList  # noqa: E402
-
-from fcos_d2.modeling.assignment import assign_targets, compute_locations, level_size_ranges  # noqa: E402
-from fcos_d2.modeling.losses import fcos_losses  # noqa: E402
-
-STRIDES = [8, 16, 32, 64, 128]
-NUM_CLASSES = 80
+from fcos_d2 import fold_frozen_batchnorm  # noqa: E402
+import benchmark_contenders as bc  # noqa: E402
+import benchmark_parts  # noqa: E402
 
 
-def median_seconds(fn: Callable[[], object], repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def synchronize(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
 
 
-def level_shapes(height: int, width: int) -> List[tuple]:
-    height, width = -(-height // 32) * 32, -(-width // 32) * 32  # padded like the model
-    return [(-(-height // s), -(-width // s)) for s in STRIDES]
+def interleaved_medians(fns: Dict[str, Callable[[], object]], repeats: int, device: str,
+                        warmup: int = 1) -> Dict[str, float]:
+    """Median seconds of each function, timed in turn (a, b, c, a, b, c, ...)."""
+    times = {name: [] for name in fns}
+    for i in range(warmup + repeats):
+        for name, fn in fns.items():
+            synchronize(device)
+            start = time.perf_counter()
+            fn()
+            synchronize(device)
+            if i >= warmup:
+                times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
-def random_boxes(num: int, height: int, width: int, generator: torch.Generator) -> torch.Tensor:
-    xy = torch.rand(num, 2, generator=generator) * torch.tensor([width * 0.8, height * 0.8])
-    wh = 8 + torch.rand(num, 2, generator=generator) * torch.tensor([width * 0.5, height * 0.5])
-    return torch.cat([xy, torch.minimum(xy + wh, torch.tensor([width - 1.0, height - 1.0]))], 1)
+def low_precision(device: str) -> torch.dtype:
+    """bf16 autocast on the CPU; fp16 AMP on a GPU."""
+    return torch.bfloat16 if device == "cpu" else torch.float16
 
 
-def torchvision_fcos() -> TorchvisionFCOS:
-    backbone = torch.nn.Identity()
-    backbone.out_channels = 256
-    return TorchvisionFCOS(backbone, NUM_CLASSES, score_thresh=0.05, nms_thresh=0.6,
-                           detections_per_img=100, topk_candidates=1000)
+def autocast(device: str, enabled: bool):
+    if not enabled:
+        return contextlib.nullcontext()
+    return torch.autocast(device, dtype=low_precision(device))
 
 
-def bench_training_targets(repeats: int, num_images: int) -> None:
-    generator = torch.Generator().manual_seed(0)
-    height, width = 800, 1333
-    shapes = level_shapes(height, width)
-    locations = compute_locations(shapes, STRIDES, torch.device("cpu"))
-    num_locations = sum(h * w for h, w in shapes)
-    boxes = [random_boxes(50, height, width, generator) for _ in range(num_images)]
-    classes = [torch.randint(0, NUM_CLASSES, (50,), generator=generator) for _ in range(num_images)]
-    logits = torch.randn(num_images, num_locations, NUM_CLASSES, generator=generator)
-    reg = torch.rand(num_images, num_locations, 4, generator=generator) * 4
-    ctr = torch.randn(num_images, num_locations, generator=generator)
-
-    def ours():
-        labels, targets = assign_targets(
-            locations, boxes, classes, strides=STRIDES, size_ranges=level_size_ranges([64, 128, 256, 512]),
-            center_sampling_radius=1.5, num_classes=NUM_CLASSES, norm_reg_targets=True)
-        return fcos_losses(logits=logits, reg_pred=reg, ctr_logits=ctr, labels=labels,
-                           reg_targets=targets, num_classes=NUM_CLASSES, focal_alpha=0.25,
-                           focal_gamma=2.0, loc_loss_type="giou")
-
-    model = torchvision_fcos()
-    images = ImageList(torch.zeros(num_images, 3, *[s * 8 for s in shapes[0]]),
-                       [(height, width)] * num_images)
-    features = [torch.zeros(num_images, 1, h, w) for h, w in shapes]
-    anchors = model.anchor_generator(images, features)
-    head_outputs = {"cls_logits": logits, "bbox_regression": reg, "bbox_ctrness": ctr[..., None]}
-    targets = [{"boxes": b, "labels": c} for b, c in zip(boxes, classes)]
-
-    def theirs():
-        return model.compute_loss(targets, head_outputs, anchors, [h * w for h, w in shapes])
-
-    t_ours, t_theirs = median_seconds(ours, repeats), median_seconds(theirs, repeats)
-    print(f"[targets+losses] {num_images} images of {height}x{width}, 50 boxes, "
-          f"{NUM_CLASSES} classes, {num_locations} locations/image")
-    print(f"  fcos-d2      {t_ours * 1e3:8.1f} ms")
-    print(f"  torchvision  {t_theirs * 1e3:8.1f} ms   -> fcos-d2 is {t_theirs / t_ours:.2f}x as fast")
+def size(args) -> tuple:
+    return (512, 768) if args.quick else (800, 1216)
 
 
-def r50_fcos(score_thresh: float):
-    cfg = get_cfg()
-    fcos_d2.add_fcos_config(cfg)
-    cfg.merge_from_file(str(Path(__file__).resolve().parents[1] / "configs" / "FCOS-R50.yaml"))
-    cfg.MODEL.DEVICE, cfg.MODEL.WEIGHTS = "cpu", ""
-    cfg.MODEL.FCOS.INFERENCE_TH_TEST = score_thresh
-    return build_model(cfg).eval()
+def print_table(title: str, results: List[dict], baseline: str) -> None:
+    """One line per result; ``ratio`` is its time over the ``baseline`` contender's."""
+    print(f"\n[{title}]")
+    base = {r["batch"]: r["seconds"] for r in results if r["contender"] == baseline}
+    for r in results:
+        r["ratio_to_" + baseline.replace(" ", "_")] = r["seconds"] / base[r["batch"]]
+        print(f"  {r['contender']:32s} batch {r['batch']}  {r['seconds'] * 1e3:9.1f} ms/batch  "
+              f"{r['seconds'] / r['batch'] * 1e3:9.1f} ms/image  "
+              f"{r['batch'] / r['seconds']:6.2f} images/s  {r['seconds'] / base[r['batch']]:.2f}x")
 
 
-def bench_inference(repeats: int) -> None:
-    height, width = 800, 1216
+def inference_contenders(device: str, image_size) -> Dict[str, Callable]:
+    """name -> infer(images), models in eval mode. fcos-d2 as configured, then with
+    MODEL.FCOS.CHANNELS_LAST (+CL) and frozen BN folded into the convs (+fold); the
+    low-precision rows run fcos-d2 with MODEL.FCOS.INFERENCE_DTYPE and torchvision under
+    autocast."""
+    low = "bfloat16" if device == "cpu" else "float16"
+    tag = "bf16" if device == "cpu" else "fp16 AMP"
+    fp32, fp32_cl, fp32_fold, tv, low_fold, d2 = (
+        bc.fcos_d2_contender(device), bc.fcos_d2_contender(device, CHANNELS_LAST=True),
+        bc.fcos_d2_contender(device, CHANNELS_LAST=True),
+        bc.torchvision_contender(device, image_size),
+        bc.fcos_d2_contender(device, CHANNELS_LAST=True, INFERENCE_DTYPE=low),
+        bc.detectron2_fcos_contender(device))
+    for contender in (fp32, fp32_cl, fp32_fold, tv, low_fold, d2):
+        contender.model.eval()
+    fold_frozen_batchnorm(fp32_fold.model)
+    fold_frozen_batchnorm(low_fold.model)
+    return {
+        "fcos-d2 fp32": fp32.infer,
+        "fcos-d2 fp32 +CL": fp32_cl.infer,
+        "fcos-d2 fp32 +CL +fold": fp32_fold.infer,
+        "torchvision fp32": tv.infer,
+        d2.name + " fp32": d2.infer,
+        f"fcos-d2 {tag} +CL +fold": low_fold.infer,
+        f"torchvision {tag}": lambda images: autocast_call(device, tv.infer, images),
+    }
+
+
+def autocast_call(device: str, fn: Callable, *args):
+    with autocast(device, True):
+        return fn(*args)
+
+
+def row_inference(args) -> List[dict]:
     torch.manual_seed(0)
-    model = r50_fcos(score_thresh=0.05)
-    # Random weights score every class near the prior (0.01); lift the class bias so that
-    # about 5% of (location, class) pairs pass the threshold, a busy-image workload.
-    model.head.cls_logits.bias.data.fill_(-2.2)
-    inputs = [{"image": torch.rand(3, height, width) * 255}]
+    contenders = inference_contenders(args.device, size(args))
+    results = []
+    for batch in (1, 4):
+        images = bc.random_images(batch, *size(args), args.device)
+        with torch.no_grad():
+            fns = {name: (lambda f=f: f(images)) for name, f in contenders.items()}
+            medians = interleaved_medians(fns, args.repeats, args.device)
+        results += [{"row": "inference", "contender": name, "batch": batch, "seconds": t,
+                     "image_size": list(size(args))} for name, t in medians.items()]
+    print_table(f"inference, R-50 FCOS, {'x'.join(map(str, size(args)))}, random weights",
+                results, "torchvision fp32")
+    return results
+
+
+def training_step(contender: bc.Contender, device: str, low: bool) -> Callable[[], None]:
+    """One SGD iteration of ``contender`` on a fixed batch, the forward under autocast when
+    ``low`` (with a gradient scaler on CUDA, as detectron2's AMPTrainer)."""
+    model = contender.model.train()
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1e-4,
+                                momentum=0.9)
+    scaler = torch.amp.GradScaler("cuda") if device == "cuda" and low else None
+
+    def step(images, targets):
+        with autocast(device, low):
+            loss = contender.loss(images, targets)
+        optimizer.zero_grad()
+        if scaler is None:
+            loss.backward()
+            optimizer.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+    return step
+
+
+def row_training(args) -> List[dict]:
+    torch.manual_seed(0)
+    tag = "bf16" if args.device == "cpu" else "fp16 AMP"
+    images = bc.random_images(2, *size(args), args.device)
+    targets = bc.random_targets(2, 20, *size(args), args.device)
+    d2 = lambda **fcos: bc.fcos_d2_contender(args.device, **fcos)
+    tv = lambda: bc.torchvision_contender(args.device, size(args))
+    steps = {
+        "fcos-d2 fp32": training_step(d2(), args.device, False),
+        "fcos-d2 fp32 +CL": training_step(d2(CHANNELS_LAST=True), args.device, False),
+        "torchvision fp32": training_step(tv(), args.device, False),
+        f"fcos-d2 {tag} +CL": training_step(d2(CHANNELS_LAST=True), args.device, True),
+        f"torchvision {tag}": training_step(tv(), args.device, True),
+    }
+    fns = {name: (lambda s=s: s(images, targets)) for name, s in steps.items()}
+    medians = interleaved_medians(fns, args.repeats, args.device)
+    results = [{"row": "training", "contender": name, "batch": 2, "seconds": t, "boxes": 20,
+                "image_size": list(size(args))} for name, t in medians.items()]
+    print_table("training iteration (forward, backward, SGD step), 20 boxes per image",
+                results, "torchvision fp32")
+    return results
+
+
+def row_flops(args) -> List[dict]:
+    """MACs of fcos-d2's backbone + head (fvcore counts one multiply-add as one "flop"),
+    their achieved rate, and the rate of a large 3x3 conv in the same run."""
+    from fvcore.nn import FlopCountAnalysis
+
+    contender = bc.fcos_d2_contender(args.device)
+    contender.model.eval()
+    images = bc.random_images(1, *size(args), args.device)
+    conv = torch.nn.Conv2d(256, 256, 3, padding=1).to(args.device).eval()
+    conv_input = torch.randn(1, 256, 200, 304, device=args.device)
+    conv_nhwc = torch.nn.Conv2d(256, 256, 3, padding=1).to(args.device).eval().to(
+        memory_format=torch.channels_last)
+    nhwc_input = conv_input.contiguous(memory_format=torch.channels_last)
     with torch.no_grad():
-        images = model.preprocess_image(inputs)
-        t_net = median_seconds(lambda: model.forward_head(images), repeats)
-        logits, reg, ctr = model.forward_head(images)
-        locations = compute_locations([x.shape[-2:] for x in logits], model.strides, model.device)
-
-        def ours():
-            return model.inference(locations, images.image_sizes, logits, reg, ctr)
-
-        t_post = median_seconds(ours, repeats)
-        candidates = sum(int((x.sigmoid() > 0.05).sum()) for x in logits)
-        tv = torchvision_fcos()
-        pixels = model.regression_in_pixels(reg)
-        split = {"cls_logits": [x.flatten(2).transpose(1, 2) for x in logits],
-                 "bbox_regression": [x.flatten(2).transpose(1, 2) for x in pixels],
-                 "bbox_ctrness": [x.flatten(2).transpose(1, 2) for x in ctr]}
-        # torchvision decodes from stride-sized anchors; the amount of work is the same.
-        anchors = [[torch.cat([loc - s / 2, loc + s / 2], dim=1)
-                    for loc, s in zip(locations, model.strides)]]
-        t_tv = median_seconds(lambda: tv.postprocess_detections(split, anchors, images.image_sizes),
-                              repeats)
-    print(f"[inference] R-50 FCOS, one {height}x{width} image, {candidates} candidates above 0.05")
-    print(f"  backbone+head          {t_net * 1e3:8.1f} ms")
-    print(f"  post-processing        {t_post * 1e3:8.1f} ms   -> {100 * t_post / t_net:.1f}% of "
-          f"backbone+head (goal < 10%)")
-    print(f"  torchvision post-proc. {t_tv * 1e3:8.1f} ms   -> fcos-d2 is {t_tv / t_post:.2f}x as fast")
+        macs = _backbone_head_macs(contender, images)
+        conv_macs = FlopCountAnalysis(conv, conv_input).total()
+        medians = interleaved_medians({"net": lambda: contender.backbone_head(images),
+                                       "conv": lambda: conv(conv_input),
+                                       "conv_nhwc": lambda: conv_nhwc(nhwc_input)},
+                                      args.repeats, args.device)
+    # The peak: the faster of the two layouts.
+    peak = 2 * conv_macs / min(medians["conv"], medians["conv_nhwc"])
+    t_net = medians["net"]
+    result = {"row": "flops", "image_size": list(size(args)), "backbone_head_gmacs": macs / 1e9,
+              "backbone_head_seconds": t_net, "achieved_gflops": 2 * macs / t_net / 1e9,
+              "peak_gflops_3x3_conv": peak / 1e9, "fraction_of_peak": 2 * macs / t_net / peak,
+              "floor_seconds": 2 * macs / peak}
+    print(f"\n[flops, fp32, one {'x'.join(map(str, size(args)))} image]")
+    print(f"  fcos-d2 backbone+head: {macs / 1e9:.1f} GMACs in {t_net:.2f} s = "
+          f"{result['achieved_gflops']:.0f} GFLOP/s")
+    print(f"  3x3 conv 256->256 at 200x304 (best of NCHW, NHWC): {peak / 1e9:.0f} GFLOP/s "
+          f"-> fraction of peak {result['fraction_of_peak']:.2f}, "
+          f"floor {result['floor_seconds']:.2f} s per image")
+    return [result]
 
 
-def onnx_vs_eager_latency(cfg, height: int, width: int, threads: int, repeats: int,
-                          class_bias: Optional[float] = -2.2) -> Dict[str, float]:
-    """Median seconds per image (batch 1) of the whole detector: PyTorch eager
-    (``FCOS.forward``, post-processing included) vs onnxruntime running the whole graph of
-    ``tools/export_onnx.py``, both on the CPU with ``threads`` threads.
+def _backbone_head_macs(contender: bc.Contender, images: torch.Tensor) -> float:
+    from fvcore.nn import FlopCountAnalysis
 
-    Args:
-        cfg: an FCOS config; its model is built with random weights (MODEL.WEIGHTS unread).
-        height, width: the image size (a random image).
-        threads: torch's and onnxruntime's intra-op threads.
-        repeats: timed runs of each after one warm-up, interleaved; medians are reported.
-        class_bias: if not None, the class logits' bias; -2.2 lets about 5% of the
-            (location, class) pairs pass the 0.05 threshold (a busy image, as
-            ``bench_inference``), so that top-k and NMS do real work.
+    class BackboneHead(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
 
-    Returns:
-        {"pytorch_eager": s, "onnxruntime": s, "detections": n} (n: PyTorch's count).
-    """
-    import tempfile
+        def forward(self, x):
+            return contender.backbone_head(x)
 
-    from fcos_d2.export.files import export_onnx, onnxruntime_runner, pad_batch
-
-    torch.set_num_threads(threads)
-    torch.manual_seed(0)
-    model = build_model(cfg).eval()
-    if class_bias is not None:
-        model.head.cls_logits.bias.data.fill_(class_bias)
-    image = torch.rand(3, height, width) * 255
-    batch, sizes = (x.numpy() for x in pad_batch([image]))
-    with tempfile.TemporaryDirectory() as folder, torch.no_grad():
-        export_onnx(model, f"{folder}/fcos.onnx")
-        run = onnxruntime_runner(f"{folder}/fcos.onnx", threads)
-        # Interleaved, so that a change of load on a shared machine hits both alike.
-        runs = {"onnxruntime": lambda: run(batch, sizes),
-                "pytorch_eager": lambda: model([{"image": image}])}
-        times = {name: [] for name in runs}
-        for repeat in range(repeats + 1):  # the first round warms up
-            for name, fn in runs.items():
-                start = time.perf_counter()
-                fn()
-                if repeat:
-                    times[name].append(time.perf_counter() - start)
-        detections = len(model([{"image": image}])[0]["instances"])
-    result = {name: statistics.median(values) for name, values in times.items()}
-    return {**result, "detections": detections}
+    counter = FlopCountAnalysis(BackboneHead(contender.model), (images,))
+    counter.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
+    return counter.total()
 
 
-def bench_onnx(repeats: int, threads: int) -> None:
-    height, width = 800, 1216
-    cfg = get_cfg()
-    fcos_d2.add_fcos_config(cfg)
-    cfg.merge_from_file(str(Path(__file__).resolve().parents[1] / "configs" / "FCOS-R50.yaml"))
-    cfg.MODEL.DEVICE, cfg.MODEL.WEIGHTS = "cpu", ""
-    result = onnx_vs_eager_latency(cfg, height, width, threads, repeats)
-    print(f"[whole detector] R-50 FCOS, one {height}x{width} image, batch 1, {threads} threads, "
-          f"{result['detections']} detections, median of {repeats}")
-    print(f"  PyTorch eager          {result['pytorch_eager'] * 1e3:8.1f} ms")
-    print(f"  onnxruntime            {result['onnxruntime'] * 1e3:8.1f} ms   -> "
-          f"{result['pytorch_eager'] / result['onnxruntime']:.2f}x as fast as eager")
+def row_memory(args) -> List[dict]:
+    """Peak memory of each contender, one fresh subprocess per (contender, mode)."""
+    results = []
+    print("\n[peak memory" + (", RSS high-water mark of a fresh process]"
+                             if args.device == "cpu" else ", CUDA max allocated]"))
+    for name in bc.CONTENDERS:
+        for mode in ("inference", "training"):
+            command = [sys.executable, __file__, "--memory-probe", name, mode,
+                       "--device", args.device, "--threads", str(args.threads)]
+            if args.quick:
+                command.append("--quick")
+            probe = subprocess.run(command, capture_output=True, text=True)
+            if probe.returncode != 0:
+                print(f"  {name:12s} {mode:9s} failed: {probe.stderr.strip()[-300:]}")
+                continue
+            result = json.loads(probe.stdout.strip().splitlines()[-1])
+            results.append(result)
+            print(f"  {result['contender']:32s} {mode:9s} "
+                  f"peak {result['peak_mib']:7.0f} MiB (after building: "
+                  f"{result['built_mib']:.0f} MiB)")
+    return results
 
 
-def main() -> None:
+def rss() -> float:
+    """This process's RSS high-water mark in MiB: VmHWM, which starts afresh at exec
+    (getrusage's ru_maxrss would carry over the parent's peak)."""
+    status = Path("/proc/self/status").read_text().splitlines()
+    return next(int(line.split()[1]) for line in status if line.startswith("VmHWM")) / 1024
+
+
+def memory_probe(name: str, mode: str, args) -> None:
+    """Runs in the subprocess: builds one contender, runs ``mode`` twice, prints JSON."""
+    contender = bc.CONTENDERS[name](args.device, image_size=size(args))
+    built = rss() if args.device == "cpu" else torch.cuda.memory_allocated() / 2 ** 20
+    if mode == "inference":
+        images = bc.random_images(1, *size(args), args.device)
+        contender.model.eval()
+        with torch.no_grad():
+            for _ in range(2):
+                contender.infer(images)
+        batch = 1
+    else:
+        images = bc.random_images(2, *size(args), args.device)
+        targets = bc.random_targets(2, 20, *size(args), args.device)
+        step = training_step(contender, args.device, False)
+        for _ in range(2):
+            step(images, targets)
+        batch = 2
+    peak = rss() if args.device == "cpu" else torch.cuda.max_memory_allocated() / 2 ** 20
+    print(json.dumps({"row": "memory", "contender": contender.name, "mode": mode,
+                      "batch": batch, "peak_mib": peak, "built_mib": built}))
+
+
+def row_parts(args) -> List[dict]:
+    return benchmark_parts.run(args.repeats, quick=args.quick)
+
+
+def row_onnx(args) -> List[dict]:
+    """fcos-d2 as configs/FCOS-R50.yaml, random weights, one image, batch 1."""
+    import onnxruntime
+    from benchmark_onnx import onnx_vs_eager_latency
+
+    if args.device != "cpu":
+        print("\n[onnx] skipped: the ONNX row runs on the CPU only")
+        return []
+    cfg = bc.fcos_d2_cfg("cpu")
+    result = onnx_vs_eager_latency(cfg, *size(args), args.threads, args.repeats)
+    results = [{"row": "onnx", "contender": name, "batch": 1, "seconds": result[key],
+                "image_size": list(size(args)), "detections": result["detections"],
+                "onnxruntime": onnxruntime.__version__}
+               for name, key in (("fcos-d2 PyTorch eager fp32", "pytorch_eager"),
+                                 ("fcos-d2 onnxruntime fp32", "onnxruntime"))]
+    print_table(f"onnx, whole R-50 FCOS, {'x'.join(map(str, size(args)))}, "
+                f"{result['detections']} detections, onnxruntime {onnxruntime.__version__}",
+                results, "fcos-d2 PyTorch eager fp32")
+    return results
+
+
+ROWS = {"inference": row_inference, "training": row_training, "flops": row_flops,
+        "memory": row_memory, "parts": row_parts, "onnx": row_onnx}
+
+
+def target_ratios(rows: Dict[str, List[dict]], device: str) -> Dict[str, float]:
+    """The issue's target ratios, from the rows of this run (batch 1 for inference)."""
+    tag = "bf16" if device == "cpu" else "fp16 AMP"
+    seconds = {(r["row"], r["contender"]): r["seconds"] for name in ("inference", "training")
+               for r in rows.get(name, []) if r["batch"] in (1, 2)}
+    inference = {c: t for (row, c), t in seconds.items() if row == "inference"}
+    ratios = {}
+    if inference:
+        best_fp32 = min(t for c, t in inference.items() if c.startswith("fcos-d2 fp32"))
+        ratios["inference fp32 (best fcos-d2) / torchvision fp32 (target <= 0.85)"] = \
+            best_fp32 / inference["torchvision fp32"]
+        ratios[f"inference {tag} / best fcos-d2 fp32 (target <= 0.55)"] = \
+            inference[f"fcos-d2 {tag} +CL +fold"] / best_fp32
+        if rows.get("flops"):
+            ratios["inference fp32 (best fcos-d2) / conv floor (target <= 1.25)"] = \
+                best_fp32 / rows["flops"][0]["floor_seconds"]
+    training = {c: t for (row, c), t in seconds.items() if row == "training"}
+    if training:
+        ratios["training fp32 / torchvision fp32 (target <= 0.9)"] = \
+            training["fcos-d2 fp32"] / training["torchvision fp32"]
+        ratios[f"training {tag} +CL / fcos-d2 fp32 (target <= 0.7)"] = \
+            training[f"fcos-d2 {tag} +CL"] / training["fcos-d2 fp32"]
+    if ratios:
+        print("\n[targets]")
+        for name, value in ratios.items():
+            print(f"  {value:5.2f}  {name}")
+    return ratios
+
+
+def machine(args) -> dict:
+    cpu = next((line.split(":", 1)[1].strip() for line in
+                Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")),
+               platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
+    info = {"cpu": cpu, "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+            "detectron2": __import__("detectron2").__version__, "device": args.device}
+    if args.device == "cuda" and torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name()
+    return info
+
+
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--quick", action="store_true", help="4 images instead of 16")
-    parser.add_argument("--onnx", action="store_true",
-                        help="only the whole detector: onnxruntime vs PyTorch eager")
+    parser.add_argument("--rows", default=",".join(ROWS),
+                        help=f"comma-separated, from {list(ROWS)} (default: all)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs after one warm-up")
+    parser.add_argument("--quick", action="store_true", help="512x768 images instead of 800x1216")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--threads", type=int, default=torch.get_num_threads(),
-                        help="--onnx: threads of both runtimes")
-    args = parser.parse_args()
-    if args.onnx:
-        import onnxruntime
+                        help="torch threads for every contender (default: torch's, all cores)")
+    parser.add_argument("--json", default="output/benchmark.json", help="where to write results")
+    parser.add_argument("--memory-probe", nargs=2, metavar=("CONTENDER", "MODE"),
+                        help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    unknown = [r for r in args.rows.split(",") if r not in ROWS]
+    if unknown:
+        parser.error(f"--rows: unknown {unknown}, expected some of {list(ROWS)}")
+    return args
 
-        print(f"torch {torch.__version__}, onnxruntime {onnxruntime.__version__}")
-        bench_onnx(args.repeats, args.threads)
-        return
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    bench_training_targets(args.repeats, num_images=4 if args.quick else 16)
-    bench_inference(args.repeats)
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    if args.memory_probe:
+        return memory_probe(*args.memory_probe, args)
+    report = {"machine": machine(args), "rows": {}}
+    if args.device == "cuda" and not torch.cuda.is_available():
+        report["skipped"] = "--device cuda: CUDA is not available on this machine"
+        print(f"skipped: {report['skipped']}")
+    else:
+        print(f"{report['machine']}")
+        for name in args.rows.split(","):
+            report["rows"][name] = ROWS[name](args)
+            write_json(args.json, report)  # after every row: a long run keeps what it did
+        report["targets"] = target_ratios(report["rows"], args.device)
+    write_json(args.json, report)
+    print(f"\nwrote {args.json}")
+
+
+def write_json(path: str, report: dict) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":

@@ -2,10 +2,11 @@
 meta-architecture, the proposal generator and test-time augmentation. Importing it
 registers the backbone, the meta-architecture "FCOS" and the proposal generator "FCOS"."""
 from .backbone import build_fcos_resnet_fpn_backbone
+from .fold import fold_frozen_batchnorm
 from .head import FCOSHead
 from .meta_arch import FCOS
 from .proposal_generator import FCOSProposalGenerator
 from .test_time_augmentation import FCOSWithTTA
 
-__all__ = ["build_fcos_resnet_fpn_backbone", "FCOSHead", "FCOS", "FCOSProposalGenerator",
-           "FCOSWithTTA"]
+__all__ = ["build_fcos_resnet_fpn_backbone", "fold_frozen_batchnorm", "FCOSHead", "FCOS",
+           "FCOSProposalGenerator", "FCOSWithTTA"]

@@ -6,6 +6,8 @@ The normalisers follow the official FCOS: the positive count and the sum of cent
 targets are summed over all workers and divided by the number of workers, so that every
 worker divides by the same number and gradients average correctly under DDP. An
 ``EMANormaliser`` can smooth both over iterations (``MODEL.FCOS.LOSS_NORMALIZER "ema"``).
+Under autocast (SOLVER.AMP.ENABLED) the head's outputs may be bf16/fp16; the losses are
+computed in float32 all the same (log, pow and the sums lose too much in 8 mantissa bits).
 """
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -152,8 +154,22 @@ def fcos_losses(
             :class:`EMANormaliser` smooths them.
 
     Returns:
-        ``loss_fcos_cls``, ``loss_fcos_loc`` and ``loss_fcos_ctr``, scalars.
+        ``loss_fcos_cls``, ``loss_fcos_loc`` and ``loss_fcos_ctr``, float32 scalars.
     """
+    with torch.autocast(logits.device.type, enabled=False):
+        return _fcos_losses(
+            logits.float(), reg_pred.float(), ctr_logits.float(), labels, reg_targets.float(),
+            num_classes=num_classes, focal_alpha=focal_alpha, focal_gamma=focal_gamma,
+            loc_loss_type=loc_loss_type, loc_weighting=loc_weighting, iou_smooth=iou_smooth,
+            normaliser=normaliser)
+
+
+def _fcos_losses(logits: Tensor, reg_pred: Tensor, ctr_logits: Tensor, labels: Tensor,
+                 reg_targets: Tensor, *, num_classes: int, focal_alpha: float,
+                 focal_gamma: float, loc_loss_type: str, loc_weighting: str, iou_smooth: float,
+                 normaliser: Optional[Callable[[float, float], Tuple[float, float]]],
+                 ) -> Dict[str, Tensor]:
+    """:func:`fcos_losses` on float32 inputs, outside autocast."""
     labels = labels.reshape(-1)  # (N * R,)
     positive = labels < num_classes
     loss_cls = sigmoid_focal_loss_sparse(logits.reshape(-1, num_classes), labels,

@@ -9,6 +9,7 @@ proposals for two-stage models. Both share every option of ``MODEL.FCOS``.
 
 Symbols: N images, L levels, Hi x Wi level sizes, R = sum(Hi * Wi), K classes.
 """
+import contextlib
 from typing import Dict, List, Sequence, Tuple
 
 import torch
@@ -24,6 +25,10 @@ from .head import FCOSHead
 from .losses import (LOC_LOSS_TYPES, LOC_LOSS_WEIGHTINGS, LOSS_NORMALIZERS, EMANormaliser,
                      fcos_losses)
 from .postprocess import THRESHOLD_ON, postprocess_image
+
+# MODEL.FCOS.INFERENCE_DTYPE: the autocast precision of backbone and head at inference.
+INFERENCE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16,
+                    "float16": torch.float16}
 
 
 def _flatten_levels(outputs: List[Tensor]) -> Tensor:
@@ -62,6 +67,8 @@ class FCOSBase(nn.Module):
         topk_candidates: int = 1000,
         nms_thresh: float = 0.6,
         max_detections_per_image: int = 100,
+        inference_dtype: str = "float32",
+        channels_last: bool = False,
     ):
         """``input_shape``: the features available (a backbone's ``output_shape()``)."""
         super().__init__()
@@ -75,7 +82,8 @@ class FCOSBase(nn.Module):
         for key, value, allowed in (("LOC_LOSS_TYPE", loc_loss_type, LOC_LOSS_TYPES),
                                     ("LOSS_NORMALIZER", loss_normalizer, LOSS_NORMALIZERS),
                                     ("LOC_LOSS_WEIGHTING", loc_loss_weighting, LOC_LOSS_WEIGHTINGS),
-                                    ("INFERENCE_TH_ON", score_thresh_on, THRESHOLD_ON)):
+                                    ("INFERENCE_TH_ON", score_thresh_on, THRESHOLD_ON),
+                                    ("INFERENCE_DTYPE", inference_dtype, tuple(INFERENCE_DTYPES))):
             if value not in allowed:
                 raise ValueError(f"MODEL.FCOS.{key}: unknown '{value}', expected one of "
                                  f"{allowed}")
@@ -96,6 +104,10 @@ class FCOSBase(nn.Module):
         self.score_thresh, self.topk_candidates = score_thresh, topk_candidates
         self.score_thresh_on = score_thresh_on
         self.nms_thresh, self.max_detections_per_image = nms_thresh, max_detections_per_image
+        self.inference_dtype = INFERENCE_DTYPES[inference_dtype]
+        self.channels_last = channels_last
+        if channels_last:  # 4-D weights only; loading a checkpoint copies into this layout
+            self.to(memory_format=torch.channels_last)
 
     @classmethod
     def from_config(cls, cfg, input_shape: Dict[str, ShapeSpec]):
@@ -121,6 +133,8 @@ class FCOSBase(nn.Module):
             "topk_candidates": fcos.PRE_NMS_TOPK_TEST,
             "nms_thresh": fcos.NMS_TH_TEST,
             "max_detections_per_image": cfg.TEST.DETECTIONS_PER_IMAGE,
+            "inference_dtype": fcos.INFERENCE_DTYPE,
+            "channels_last": fcos.CHANNELS_LAST,
         }
 
     def regression_in_pixels(self, regression: List[Tensor]) -> List[Tensor]:
@@ -159,7 +173,10 @@ class FCOSBase(nn.Module):
                score_thresh: float, topk_candidates: int, nms_thresh: float,
                max_detections: int) -> List[Instances]:
         """``postprocess_image`` on every image with these thresholds; per level ``logits``
-        (N, K', Hi, Wi) may have any K' (the proposal generator passes K' = 1)."""
+        (N, K', Hi, Wi) may have any K' (the proposal generator passes K' = 1). Computed in
+        float32 whatever precision the head ran in."""
+        logits, regression, centerness = ([x.float() for x in outputs]
+                                          for outputs in (logits, regression, centerness))
         regression = self.regression_in_pixels(regression)
         per_level = lambda outputs: [x.flatten(2).transpose(1, 2) for x in outputs]  # (N, HiWi, C)
         logits, regression, centerness = map(per_level, (logits, regression, centerness))
@@ -204,6 +221,8 @@ class FCOS(FCOSBase):
         self.input_format = input_format
         self.register_buffer("pixel_mean", torch.tensor(pixel_mean).view(-1, 1, 1), False)
         self.register_buffer("pixel_std", torch.tensor(pixel_std).view(-1, 1, 1), False)
+        if self.channels_last:  # FCOSBase converted the head; now the backbone too
+            self.backbone.to(memory_format=torch.channels_last)
 
     @classmethod
     def from_config(cls, cfg):
@@ -225,7 +244,10 @@ class FCOS(FCOSBase):
     def preprocess_image(self, batched_inputs: List[Dict]) -> ImageList:
         images = [(x["image"].to(self.device) - self.pixel_mean) / self.pixel_std
                   for x in batched_inputs]
-        return ImageList.from_tensors(images, self.backbone.size_divisibility)
+        images = ImageList.from_tensors(images, self.backbone.size_divisibility)
+        if self.channels_last:
+            images.tensor = images.tensor.contiguous(memory_format=torch.channels_last)
+        return images
 
     def forward_head(self, images: ImageList) -> Tuple[List[Tensor], List[Tensor], List[Tensor]]:
         """Backbone and head on a padded batch: per level logits, regression, centerness."""
@@ -234,7 +256,8 @@ class FCOS(FCOSBase):
 
     def forward(self, batched_inputs: List[Dict]):
         images = self.preprocess_image(batched_inputs)
-        logits, regression, centerness = self.forward_head(images)
+        with self._inference_autocast():
+            logits, regression, centerness = self.forward_head(images)
         locations = compute_locations([x.shape[-2:] for x in logits], self.strides, self.device)
         if self.training:
             if "instances" not in batched_inputs[0]:
@@ -246,3 +269,10 @@ class FCOS(FCOSBase):
             {"instances": detector_postprocess(r, x.get("height", size[0]), x.get("width", size[1]))}
             for r, x, size in zip(results, batched_inputs, images.image_sizes)
         ]
+
+    def _inference_autocast(self):
+        """Autocast to ``inference_dtype`` at inference; training precision is the trainer's
+        (SOLVER.AMP.ENABLED)."""
+        if self.training or self.inference_dtype == torch.float32:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.inference_dtype)
