@@ -112,6 +112,8 @@ def test_lazy_config_has_the_yaml_optimizer_schedule_and_data(yaml_name, lazy_na
     assert lazy.dataloader.train.total_batch_size == cfg.SOLVER.IMS_PER_BATCH
     assert (lazy.train.checkpointer.period, lazy.train.eval_period) == \
         (cfg.SOLVER.CHECKPOINT_PERIOD, cfg.TEST.EVAL_PERIOD)
+    assert lazy.train.amp.enabled == cfg.SOLVER.AMP.ENABLED
+    assert lazy.dataloader.train.num_workers == cfg.DATALOADER.NUM_WORKERS
 
 
 def _load_train_script():

@@ -21,14 +21,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import fcos_d2  # noqa: E402,F401  (first: detectron2 v0.6 shims; registers FCOS and datasets)
 import torch  # noqa: E402
-from detectron2.checkpoint import DetectionCheckpointer  # noqa: E402
 from detectron2.config import LazyConfig, instantiate  # noqa: E402
 from detectron2.engine import (AMPTrainer, SimpleTrainer, create_ddp_model,  # noqa: E402
                                default_argument_parser, default_setup, default_writers, hooks)
 from detectron2.evaluation import inference_on_dataset, print_csv_format  # noqa: E402
 from detectron2.utils import comm  # noqa: E402
 
+from fcos_d2.checkpoint import FCOSCheckpointer  # noqa: E402
 from fcos_d2.data import prepare_dataset  # noqa: E402
+from fcos_d2.engine import CPUAMPTrainer  # noqa: E402
 from fcos_d2.engine.launch import launch  # noqa: E402
 
 logger = logging.getLogger("fcos_d2")
@@ -53,6 +54,14 @@ def _ddp_model(model, cfg):
     return create_ddp_model(model, **ddp)
 
 
+def _trainer_class(cfg):
+    """SimpleTrainer; with train.amp.enabled, detectron2's AMPTrainer on a GPU and
+    CPUAMPTrainer (bf16 autocast, no gradient scaler) on the CPU."""
+    if not cfg.train.amp.enabled:
+        return SimpleTrainer
+    return CPUAMPTrainer if torch.device(cfg.train.device).type == "cpu" else AMPTrainer
+
+
 def do_train(args, cfg) -> None:
     """Builds model, optimizer, data and hooks from ``cfg``, then trains to train.max_iter."""
     model = instantiate(cfg.model).to(cfg.train.device)
@@ -61,9 +70,8 @@ def do_train(args, cfg) -> None:
     optimizer = instantiate(cfg.optimizer)
     train_loader = instantiate(cfg.dataloader.train)
     model = _ddp_model(model, cfg)
-    trainer = (AMPTrainer if cfg.train.amp.enabled else SimpleTrainer)(model, train_loader,
-                                                                       optimizer)
-    checkpointer = DetectionCheckpointer(model, cfg.train.output_dir, trainer=trainer)
+    trainer = _trainer_class(cfg)(model, train_loader, optimizer)
+    checkpointer = FCOSCheckpointer(model, cfg.train.output_dir, trainer=trainer)
     main_process = comm.is_main_process()
     trainer.register_hooks([
         hooks.IterationTimer(),
@@ -86,9 +94,7 @@ def setup(args):
     fallback = ""
     if cfg.train.device.startswith("cuda") and not torch.cuda.is_available():
         fallback = f"CUDA is not available: train.device {cfg.train.device} -> cpu"
-        if cfg.train.amp.enabled:
-            fallback += ", train.amp.enabled -> False (detectron2's AMP needs CUDA)"
-        cfg.train.device, cfg.train.amp.enabled = "cpu", False
+        cfg.train.device = "cpu"
     default_setup(cfg, args)
     if fallback:
         logger.warning(fallback)
@@ -100,7 +106,7 @@ def main(args):
     if args.eval_only:
         model = instantiate(cfg.model).to(cfg.train.device)
         model = _ddp_model(model, cfg)
-        DetectionCheckpointer(model).load(cfg.train.init_checkpoint)
+        FCOSCheckpointer(model).load(cfg.train.init_checkpoint)
         return do_test(cfg, model)
     do_train(args, cfg)
     return None

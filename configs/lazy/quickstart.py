@@ -23,16 +23,17 @@ model.sizes_of_interest = [32]
 model.num_classes = 6  # circle, square, triangle, star, cross, ring
 model.pixel_mean = [127.5, 127.5, 127.5]  # the synthetic images span 0..255
 model.pixel_std = [64.0, 64.0, 64.0]
+model.channels_last = True  # NHWC convolutions
 
 dataloader.train.dataset.names = "synthetic_shapes_train"
 dataloader.train.mapper.augmentations[0].short_edge_length = (128,)
 dataloader.train.mapper.augmentations[0].max_size = 128
 dataloader.train.total_batch_size = 8
-dataloader.train.num_workers = 1
+dataloader.train.num_workers = 0  # loading in the main process: the 2 cores compute
 dataloader.test.dataset.names = "synthetic_shapes_val"
 dataloader.test.mapper.augmentations[0].short_edge_length = 128
 dataloader.test.mapper.augmentations[0].max_size = 128
-dataloader.test.num_workers = 1
+dataloader.test.num_workers = 0
 
 optimizer.lr = 0.02
 # lr x0.1 at 2700 and 3100 of 3300 iterations, 100 iterations of linear warm-up from lr / 3.
@@ -41,6 +42,7 @@ lr_multiplier.scheduler.num_updates = 3300
 lr_multiplier.warmup_length = 100 / 3300
 lr_multiplier.warmup_method = "linear"
 
+train.amp.enabled = True  # bf16 autocast on the CPU (CPUAMPTrainer), fp16 AMP on a GPU
 train.output_dir = "output/quickstart_lazy"
 train.init_checkpoint = ""  # from scratch
 train.max_iter = 3300
