@@ -33,6 +33,7 @@ from fcos_d2.data.mapper import FCOSDatasetMapper
 from fcos_d2.data.register import check_num_classes, register_coco_dataset
 from fcos_d2.evaluation import append_summaries, expected_results_verdict, iterations_trained
 from fcos_d2.engine import CPUAMPTrainer
+from fcos_d2.engine.amp import slow_bf16_warning
 from fcos_d2.engine.hooks import StopOnNonFiniteLoss
 from fcos_d2.engine.launch import add_launcher_arguments, launch
 from fcos_d2.engine.resumable_loader import build_resumable_train_loader
@@ -58,6 +59,8 @@ class Trainer(DefaultTrainer):
             super().__init__(cfg)
         if cpu_amp:
             self._trainer = CPUAMPTrainer.replacing(self._trainer, torch.bfloat16)
+            if slow_bf16_warning():
+                logger.warning(slow_bf16_warning())
 
     @classmethod
     def build_evaluator(cls, cfg, dataset_name, output_folder=None):

@@ -152,3 +152,17 @@ def test_train_net_trains_two_iterations_with_solver_amp_on_the_cpu(tmp_path):
     trainer.train()
     assert len(trainer.storage.history("total_loss").values()) == 2
     assert (tmp_path / "output" / "model_final.pth").is_file()
+
+
+def test_cpu_amp_warns_where_the_cpu_has_no_native_bf16(tmp_path):
+    from fcos_d2.engine.amp import cpu_has_native_bf16, slow_bf16_warning
+
+    avx2 = tmp_path / "avx2"
+    avx2.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\n")
+    sapphire = tmp_path / "sapphire"
+    sapphire.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16\n")
+    assert cpu_has_native_bf16(str(avx2)) is False
+    assert cpu_has_native_bf16(str(sapphire)) is True
+    assert cpu_has_native_bf16(str(tmp_path / "missing")) is None
+    assert "SOLVER.AMP.ENABLED False" in slow_bf16_warning(str(avx2))
+    assert slow_bf16_warning(str(sapphire)) == "" == slow_bf16_warning(str(tmp_path / "missing"))

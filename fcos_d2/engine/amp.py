@@ -6,11 +6,37 @@ scaler: bf16 has float32's exponent range, so gradients do not underflow. CPUs w
 AVX512-BF16 or AMX run bf16 convolutions about twice as fast as float32 ones.
 """
 import time
+from pathlib import Path
+from typing import Optional
 
 import torch
 from detectron2.engine import SimpleTrainer
 
-__all__ = ["CPUAMPTrainer"]
+__all__ = ["CPUAMPTrainer", "cpu_has_native_bf16", "slow_bf16_warning"]
+
+# /proc/cpuinfo flags of CPUs that compute bf16 natively (AVX512-BF16, AMX).
+NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def cpu_has_native_bf16(cpuinfo: str = "/proc/cpuinfo") -> Optional[bool]:
+    """Whether the CPU lists a native bf16 instruction set; None where ``cpuinfo`` cannot
+    be read (not Linux)."""
+    try:
+        text = Path(cpuinfo).read_text()
+    except OSError:
+        return None
+    flags = {flag for line in text.splitlines() if line.startswith("flags")
+             for flag in line.split(":", 1)[1].split()}
+    return any(flag in flags for flag in NATIVE_BF16_FLAGS)
+
+
+def slow_bf16_warning(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """A warning for SOLVER.AMP.ENABLED on a CPU without native bf16, else ""."""
+    if cpu_has_native_bf16(cpuinfo) is not False:
+        return ""
+    return ("SOLVER.AMP.ENABLED: this CPU has neither AVX512-BF16 nor AMX, so bf16 autocast "
+            "is emulated and may train slower than float32; set SOLVER.AMP.ENABLED False "
+            "to train in float32")
 
 
 class CPUAMPTrainer(SimpleTrainer):
