@@ -22,7 +22,13 @@ def _require_missing_extension():
 
 def test_op_of_missing_extension_raises_error_naming_the_op():
     _require_missing_extension()
+    import inspect
+
     from detectron2.layers.rotated_boxes import pairwise_iou_rotated
+    if "torch.ops.detectron2" in inspect.getsource(pairwise_iou_rotated):
+        pytest.skip("this detectron2 (main) calls box_iou_rotated through torch.ops, not "
+                    "detectron2._C, which fcos_d2.compat stands in for; a main built from "
+                    "source has the op")
 
     with pytest.raises(compat.MissingExtensionError, match="'box_iou_rotated'.*build detectron2"):
         pairwise_iou_rotated(torch.zeros(1, 5), torch.zeros(1, 5))
