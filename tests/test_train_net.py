@@ -55,13 +55,6 @@ def summary_iterations(output: Path):
 
 
 @pytest.fixture(scope="module")
-def dataset(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("tiny_coco")
-    synthetic.write_split(folder, split="val", num_images=4)
-    return folder
-
-
-@pytest.fixture(scope="module")
 def output(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("train_net_output")
 

@@ -13,7 +13,6 @@ from detectron2.modeling import build_model
 
 from fcos_d2 import add_fcos_config
 from fcos_d2.checkpoint import FCOSCheckpointer
-from fcos_d2.data import synthetic
 from fcos_d2.data.register import register_coco_dataset
 from test_train_net import TINY_MODEL, train_net
 
@@ -26,13 +25,6 @@ def tiny_cfg(*opts: str):
     cfg.merge_from_file(str(REPO / "configs/quickstart.yaml"))
     cfg.merge_from_list([*TINY_MODEL, "MODEL.DEVICE", "cpu", *opts])
     return cfg
-
-
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("tiny_coco")
-    synthetic.write_split(folder, split="val", num_images=4)
-    return folder
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from fcos_d2.data import synthetic
 from training_processes import REPO, TrainingProcesses
 
 # 6 iterations; checkpoints after iterations 1, 3 and 5 (model_final).
@@ -25,13 +24,6 @@ TINY = ["MODEL.DEVICE", "cpu", "MODEL.FPN.OUT_CHANNELS", "64", "MODEL.FCOS.NUM_C
         "SOLVER.IMS_PER_BATCH", "2", "SOLVER.WARMUP_ITERS", "2", "SOLVER.MAX_ITER", "6",
         "SOLVER.CHECKPOINT_PERIOD", "2", "TEST.EVAL_PERIOD", "0",
         "DATASETS.TRAIN", "('tiny',)", "DATASETS.TEST", "('tiny',)"]
-
-
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("tiny_coco")
-    synthetic.write_split(folder, split="val", num_images=4)
-    return folder
 
 
 @pytest.fixture(scope="module")

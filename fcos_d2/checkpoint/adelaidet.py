@@ -31,7 +31,7 @@ from typing import Dict, List, Optional, Tuple
 
 from torch import Tensor
 
-from .official import CheckpointMismatchError
+from .official import CheckpointMismatchError, rename_by_rules
 
 _HEAD = r"^proposal_generator\.fcos_head\."
 _RULES: List[Tuple[str, str]] = [
@@ -53,12 +53,7 @@ PIXEL_KEYS = ("pixel_mean", "pixel_std")
 
 def convert_adelaidet_key(key: str) -> str:
     """The fcos-d2 name of an AdelaiDet FCOS parameter name, or raises KeyError."""
-    key = key[len("module."):] if key.startswith("module.") else key
-    for pattern, replacement in _RULES:
-        converted, hits = re.subn(pattern, replacement, key)
-        if hits:
-            return converted
-    raise KeyError(key)
+    return rename_by_rules(key, _RULES)
 
 
 def _unknown_keys_message(unknown: List[str]) -> str:

@@ -22,7 +22,7 @@ adds 1e-5 (``weight / sqrt(var + 1e-5)``), so converted running variances are lo
 1e-5 to compute exactly the same function.
 """
 import re
-from typing import Dict, List, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -61,14 +61,20 @@ class CheckpointMismatchError(ValueError):
     """Official keys no rule maps, or model keys the checkpoint does not fill."""
 
 
-def convert_official_key(key: str) -> str:
-    """The fcos-d2 name of an official parameter name, or raises KeyError."""
+def rename_by_rules(key: str, rules: Sequence[Tuple[str, str]]) -> str:
+    """``key`` without a leading ``module.`` (DistributedDataParallel's prefix), renamed
+    by the first (regex, replacement) rule that matches; KeyError if none does."""
     key = key[len("module."):] if key.startswith("module.") else key
-    for pattern, replacement in _RULES:
+    for pattern, replacement in rules:
         converted, hits = re.subn(pattern, replacement, key)
         if hits:
             return converted
     raise KeyError(key)
+
+
+def convert_official_key(key: str) -> str:
+    """The fcos-d2 name of an official parameter name, or raises KeyError."""
+    return rename_by_rules(key, _RULES)
 
 
 def _is_frozen_bn_var(official_key: str) -> bool:
