@@ -135,7 +135,7 @@ def test_cpu_amp_trainer_runs_the_forward_in_bf16_and_keeps_float32_weights():
     assert torch.isfinite(torch.tensor(trainer.storage.history("total_loss").values())).all()
 
 
-def test_train_net_trains_two_iterations_with_solver_amp_on_the_cpu(tmp_path):
+def test_train_net_trains_two_iterations_with_solver_amp_on_the_cpu(tmp_path, monkeypatch):
     spec = importlib.util.spec_from_file_location("train_net", REPO / "train_net.py")
     train_net = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(train_net)
@@ -147,9 +147,13 @@ def test_train_net_trains_two_iterations_with_solver_amp_on_the_cpu(tmp_path):
                          "SOLVER.MAX_ITER", 2, "DATALOADER.NUM_WORKERS", 0,
                          "DATASETS.TRAIN", ("amp_tiny",), "DATASETS.TEST", ("amp_tiny",),
                          "OUTPUT_DIR", str(tmp_path / "output")])
+    steps = []  # the iterations run by CPUAMPTrainer
+    run_step = CPUAMPTrainer.run_step
+    monkeypatch.setattr(CPUAMPTrainer, "run_step",
+                        lambda self: steps.append(self.iter) or run_step(self))
     trainer = train_net.Trainer(cfg, skip_final_eval=True)
-    assert isinstance(trainer._trainer, CPUAMPTrainer)
     trainer.train()
+    assert steps == [0, 1]
     assert len(trainer.storage.history("total_loss").values()) == 2
     assert (tmp_path / "output" / "model_final.pth").is_file()
 

@@ -60,7 +60,8 @@ def test_the_trainer_saves_through_fcos_checkpointer_and_fine_tunes_with_fresh_l
     cfg = tiny_cfg("DATASETS.TRAIN", "('tiny_weights',)", "DATASETS.TEST", "()",
                    "OUTPUT_DIR", str(tmp_path), "MODEL.WEIGHTS", str(three_class_weights))
     trainer = Trainer(cfg)
-    periodic = next(h for h in trainer._hooks if isinstance(h, hooks.PeriodicCheckpointer))
+    # the hooks Trainer registers are those build_hooks returns
+    periodic = next(h for h in trainer.build_hooks() if isinstance(h, hooks.PeriodicCheckpointer))
     assert isinstance(trainer.checkpointer, FCOSCheckpointer)
     assert periodic.checkpointer is trainer.checkpointer
     assert "trainer" in trainer.checkpointer.checkpointables  # iteration, optimizer, ...

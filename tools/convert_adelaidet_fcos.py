@@ -19,6 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 import fcos_d2  # noqa: E402  (registers FCOS before detectron2 is used)
+from fcos_d2.checkpoint.safe_load import (CheckpointReadError, UnsafeCheckpointError,  # noqa: E402
+                                          load_model_state_dict)
 from fcos_d2.checkpoint import (AdelaiDetConfigError, CheckpointMismatchError,  # noqa: E402
                                 check_matches_model, convert_adelaidet_state_dict,
                                 fcos_d2_config_from_adelaidet)
@@ -66,10 +68,10 @@ def main() -> None:
                        help="the AdelaiDet config of the checkpoint: write the equivalent "
                             "fcos-d2 config to DST.yaml and check the result against it")
     args = parser.parse_args()
-    checkpoint = torch.load(args.src, map_location="cpu", weights_only=True)
-    if not isinstance(checkpoint, dict):
-        sys.exit(f"{args.src}: expected a dict, got {type(checkpoint).__name__}")
-    state_dict = checkpoint.get("model", checkpoint)
+    try:
+        state_dict = load_model_state_dict(args.src)
+    except (CheckpointReadError, UnsafeCheckpointError) as error:
+        sys.exit(str(error))
     try:
         converted, pixels = convert_adelaidet_state_dict(state_dict)
         cfg, warnings = fcos_d2_config(args)

@@ -17,6 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 import fcos_d2  # noqa: E402  (registers FCOS before detectron2 is used)
+from fcos_d2.checkpoint.safe_load import (CheckpointReadError, UnsafeCheckpointError,  # noqa: E402
+                                          load_model_state_dict)
 from fcos_d2.checkpoint import (CheckpointMismatchError, check_matches_model,  # noqa: E402
                                 convert_official_state_dict)
 
@@ -38,10 +40,10 @@ def main() -> None:
     parser.add_argument("dst", help="where to write the converted checkpoint")
     parser.add_argument("--config-file", help="check the result against this config's model")
     args = parser.parse_args()
-    checkpoint = torch.load(args.src, map_location="cpu", weights_only=True)
-    if not isinstance(checkpoint, dict):
-        sys.exit(f"{args.src}: expected a dict, got {type(checkpoint).__name__}")
-    state_dict = checkpoint.get("model", checkpoint)
+    try:
+        state_dict = load_model_state_dict(args.src)
+    except (CheckpointReadError, UnsafeCheckpointError) as error:
+        sys.exit(str(error))
     try:
         converted = convert_official_state_dict(state_dict)
         if args.config_file:

@@ -142,6 +142,20 @@ def load_torch_file(path: str, *, allow_pickle: bool = False) -> Any:
     return torch.load(path, map_location="cpu", weights_only=False)
 
 
+def load_model_state_dict(path: str) -> Dict[str, Any]:
+    """The weights of a checkpoint file to convert: its ``"model"`` entry, or the whole
+    file if it has none; loaded as ``load_torch_file`` does (data only).
+
+    Raises:
+        CheckpointReadError: the file is unreadable or not a dict.
+        UnsafeCheckpointError: as ``load_torch_file``.
+    """
+    checkpoint = load_torch_file(path)
+    if not isinstance(checkpoint, dict):
+        raise CheckpointReadError(f"{path}: expected a dict, got {type(checkpoint).__name__}")
+    return checkpoint.get("model", checkpoint)
+
+
 def stored_iteration(path: str) -> Optional[int]:
     """The "iteration" of a training checkpoint, read without reading its tensors (memory
     mapped); None if it has none or cannot be read so (legacy format, damaged, ...)."""
