@@ -12,7 +12,6 @@ Every evaluation appends a block to OUTPUT_DIR/inference/<dataset>/summary.txt.
 import logging
 import os
 from collections import OrderedDict
-from datetime import timedelta
 import warnings
 
 import fcos_d2  # noqa: F401  (first: detectron2 v0.6 shims; registers FCOS and datasets)
@@ -34,10 +33,13 @@ from fcos_d2.data.register import check_num_classes, register_coco_dataset
 from fcos_d2.evaluation import append_summaries, expected_results_verdict, iterations_trained
 from fcos_d2.engine import CPUAMPTrainer
 from fcos_d2.engine.amp import slow_bf16_warning
-from fcos_d2.engine.hooks import StopOnNonFiniteLoss
-from fcos_d2.engine.launch import add_launcher_arguments, launch
+from fcos_d2.engine.heartbeat import ReportProgress
+from fcos_d2.engine.hooks import StopOnNonFiniteLoss, WarnOnLowDiskSpace
+from fcos_d2.engine.launch import add_launcher_arguments, launch_from_args
+from fcos_d2.engine.preemption import SaveOnPreemption
 from fcos_d2.engine.resumable_loader import build_resumable_train_loader
 from fcos_d2.engine.resume import ExactResume
+from fcos_d2.engine.slurm import apply_slurm_environment
 from fcos_d2.visualization import save_loader_predictions
 
 logger = logging.getLogger("fcos_d2")
@@ -47,6 +49,8 @@ class Trainer(DefaultTrainer):
     """DefaultTrainer with COCO box evaluation, a summary.txt per evaluation, data loaders
     that use FCOSDatasetMapper and drop invalid boxes, atomic checkpoints (FCOSCheckpointer),
     exact resume (data stream and RNG states in the checkpoints), a stop on a non-finite loss,
+    a checkpoint and exit status 75 on a preemption signal, heartbeat progress reports, a
+    warning when OUTPUT_DIR is short of space,
     SOLVER.AMP.ENABLED on the CPU (bf16 autocast; detectron2's AMPTrainer is CUDA-only), and
     optionally no evaluation after the last iteration (``skip_final_eval``)."""
 
@@ -117,8 +121,12 @@ class Trainer(DefaultTrainer):
             self.cfg, self.checkpointer.model, self.cfg.OUTPUT_DIR, reinit_mismatched=True,
             **self.checkpointer.checkpointables)
         # First: the states they save must be taken before the checkpointer's after_step.
-        hook_list = [ExactResume(self.cfg.SOLVER.CHECKPOINT_PERIOD), StopOnNonFiniteLoss(),
-                     *super().build_hooks()]
+        exact_resume = ExactResume(self.cfg.SOLVER.CHECKPOINT_PERIOD)
+        hook_list = [exact_resume, StopOnNonFiniteLoss(), ReportProgress(),
+                     WarnOnLowDiskSpace(self.checkpointer), *super().build_hooks()]
+        # after the LR scheduler and the checkpointer (rank 0), before the evaluation
+        evaluation = next(i for i, h in enumerate(hook_list) if isinstance(h, hooks.EvalHook))
+        hook_list.insert(evaluation, SaveOnPreemption(self.checkpointer, exact_resume))
         if self.skip_final_eval:  # the same evaluation function (EvalHook._func in v0.6 and
             # main), in a hook that skips the evaluation after the last iteration
             eval_hook = next(h for h in hook_list if isinstance(h, hooks.EvalHook))
@@ -196,7 +204,6 @@ def argument_parser():
 
 
 if __name__ == "__main__":
-    args = argument_parser().parse_args()
+    args = apply_slurm_environment(argument_parser(), None, os.environ)  # flags, else srun's
     print("Command Line Args:", args)
-    launch(main, args.num_gpus, num_machines=args.num_machines, machine_rank=args.machine_rank,
-           dist_url=args.dist_url, args=(args,), timeout=timedelta(seconds=args.dist_timeout))
+    launch_from_args(main, args)

@@ -2,7 +2,10 @@
 
 - Saving is atomic: a checkpoint is written to a temporary file in OUTPUT_DIR, fsynced
   and renamed; ``last_checkpoint`` is rewritten the same way, only after. A run killed
-  while saving leaves the previous checkpoint and ``last_checkpoint`` as they were.
+  while saving leaves the previous checkpoint and ``last_checkpoint`` as they were. A
+  write that fails (a full disk) removes the temporary file and raises
+  ``CheckpointWriteError``, naming the file, the free space, the size needed and the last
+  complete checkpoint (``disk_space``).
 - Resuming from a ``last_checkpoint`` whose file is missing, truncated or damaged falls
   back to the newest readable checkpoint in OUTPUT_DIR, with a warning naming both files;
   with none readable it stops, naming the damaged file.
@@ -26,6 +29,7 @@ from detectron2.config import CfgNode
 
 from ..config import checked_weights_sha256
 from .atomic import atomic_write
+from .disk_space import CheckpointWriteError, describe_failed_save, os_error_in, tensor_bytes
 from .download import check_sha256, download_weights, is_url
 from .safe_load import (CheckpointReadError, detectron_pickle_to_checkpoint, load_pickle_file,
                         load_torch_file, pycls_to_checkpoint, stored_iteration)
@@ -101,8 +105,20 @@ class FCOSCheckpointer(DetectionCheckpointer):
         basename = f"{name}.pth"
         path = os.path.join(self.save_dir, basename)
         self.logger.info(f"Saving checkpoint to {path}")
-        atomic_write(path, lambda f: torch.save(data, f))
-        self.tag_last_checkpoint(basename)
+        last = self.get_checkpoint_file() if self.has_checkpoint() else None
+        try:
+            atomic_write(path, lambda f: torch.save(data, f))
+        except (OSError, RuntimeError) as error:  # torch.save: a RuntimeError after OSError
+            if os_error_in(error) is None:
+                raise
+            raise CheckpointWriteError(describe_failed_save(
+                path, tensor_bytes(data), os_error_in(error), last)) from None
+        try:
+            self.tag_last_checkpoint(basename)
+        except OSError as error:
+            raise CheckpointWriteError(describe_failed_save(
+                os.path.join(self.save_dir, "last_checkpoint"), len(basename), error,
+                last)) from None
 
     def tag_last_checkpoint(self, last_filename_basename: str) -> None:
         atomic_write(os.path.join(self.save_dir, "last_checkpoint"),
