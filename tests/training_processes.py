@@ -9,9 +9,10 @@ stdout and stderr going to a log file. A training can be given faults: die by SI
 when iteration ``kill_at`` starts, or get a NaN classification loss at ``nan_at``; and
 ``record`` appends, per iteration, the image ids the model was given to a JSON-lines file.
 Cluster faults: ``signals`` {iteration: signal name} sends that signal to the training
-itself when the iteration starts (SIGTERM, SIGSTOP, ...), ``busy`` {iteration: seconds}
-keeps its main thread busy (a slow step), ``signal_during_save`` {checkpoint name: signal
-name} sends a signal while that checkpoint is written; ``env`` adds environment variables (a faked SLURM step).
+itself when the iteration starts (SIGTERM, SIGSTOP, ...), after ``busy`` {iteration:
+seconds} has kept its main thread busy (a slow step); ``signal_during_save`` {checkpoint
+name: signal name} sends a signal while that checkpoint is written; ``env`` adds
+environment variables (a faked SLURM step).
 
 ``TrainingProcesses`` is the pytest side: ``start`` a training, ``wait`` for it.
 """
@@ -100,11 +101,11 @@ def _install_faults(kill_at: Optional[int], nan_at: Optional[int], record: Optio
                 f.write(json.dumps({"iteration": iteration, "image_ids": ids}) + "\n")
         if iteration == kill_at:
             os.kill(os.getpid(), signal.SIGKILL)
-        if str(iteration) in signals:
-            os.kill(os.getpid(), signal.Signals[signals[str(iteration)]])
         started = time.time()
         while time.time() - started < busy.get(str(iteration), 0):
             pass  # busy in Python, holding the GIL as much as it is allowed to
+        if str(iteration) in signals:
+            os.kill(os.getpid(), signal.Signals[signals[str(iteration)]])
         losses = forward(self, batched_inputs)
         if iteration == nan_at:
             losses["loss_fcos_cls"] = losses["loss_fcos_cls"] * float("nan")

@@ -5,9 +5,9 @@ network link) keeps the others waiting in a collective until ``--dist-timeout`` 
 minutes by default). So every worker of a multi-worker job runs a daemon thread that
 beats over a side channel, UDP datagrams, never the training collectives:
 
-* each worker r > 0 sends rank 0 a beat every ``period`` seconds (its rank, host, pid and
-  the progress ``ReportProgress`` records: phase and iteration); rank 0 answers each with
-  its own beat;
+* each worker r > 0 sends rank 0 a beat every ``period`` seconds, and when its progress
+  changes (at most every 0.1 s): its rank, host, pid and the progress ``ReportProgress``
+  records (phase and iteration); rank 0 answers each with its own beat;
 * **stalled** means: no beat from that worker for ``timeout`` seconds (``--stall-timeout``).
   The thread beats whatever the main thread does, so slow but alive work (a long first
   iteration, a long evaluation, a checkpoint save, waiting in a collective) is progress;
@@ -84,6 +84,7 @@ class Heartbeat:
         self._peers: Dict[int, Dict[str, Any]] = {}  # rank -> last beat, address, time seen
         self._verdict: Optional[str] = None
         self._beats = 0
+        self._reported: Dict[str, Any] = {}  # the progress in the last beat sent
         self._thread = threading.Thread(target=self._run, name="fcos_d2-heartbeat", daemon=True)
 
     def start(self) -> "Heartbeat":
@@ -115,11 +116,14 @@ class Heartbeat:
 
     def _beat(self, done: bool = False) -> Dict[str, Any]:
         self._beats += 1
+        self._reported = dict(_progress)
         return {"rank": self.rank, "n": self._beats, "host": socket.gethostname(),
                 "pid": os.getpid(), "done": done, "verdict": self._verdict, **_progress}
 
     def _receive_until(self, deadline: float) -> None:
         while (left := deadline - time.monotonic()) > 0 and not self._stop.is_set():
+            if self.rank != 0 and self._reported != _progress:
+                self._send(self._beat(), self._rank0)
             self._sock.settimeout(min(left, 0.1))  # short: stop() need not wait a period
             try:
                 data, address = self._sock.recvfrom(65536)
