@@ -255,13 +255,33 @@ def test_heartbeats_continue_while_the_main_thread_is_busy():
     assert verdicts == {0: [], 1: []}
 
 
-def test_a_silent_worker_is_named_by_rank_0_and_a_silent_rank_0_by_the_others():
-    _, verdicts = heartbeats(timeout=0.3, start=(0,))  # rank 1 never beats
-    time.sleep(1.5)
-    assert verdicts[0] and verdicts[0][0].startswith("worker 1 of 2 stalled (no beat ever")
-    _, verdicts = heartbeats(timeout=0.3, start=(1,))  # rank 0 never answers
-    time.sleep(1.5)
-    assert verdicts[1] and verdicts[1][0].startswith("worker 0 of 2 stalled")
+def freeze(heartbeat: Heartbeat) -> None:
+    """Stops a heartbeat's thread without its "done": as SIGSTOP would."""
+    heartbeat._stop.set()
+
+
+def test_a_frozen_worker_is_named_by_rank_0_and_a_frozen_rank_0_by_the_others():
+    beats, verdicts = heartbeats(timeout=0.3)
+    time.sleep(0.3)
+    freeze(beats[1])
+    time.sleep(1.2)
+    assert len(verdicts[0]) == 1 and verdicts[1] == []
+    assert verdicts[0][0].startswith(f"worker 1 of 2 stalled (host {socket.gethostname()}, "
+                                     f"pid {os.getpid()}): no heartbeat for 0.3 s")
+    beats, verdicts = heartbeats(timeout=0.3)
+    time.sleep(0.3)
+    freeze(beats[0])
+    time.sleep(1.2)
+    assert verdicts[0] == [] and len(verdicts[1]) == 1
+    assert verdicts[1][0].startswith("worker 0 of 2 stalled")
+
+
+def test_a_worker_never_heard_from_is_not_judged_but_warned_about(caplog):
+    beats, verdicts = heartbeats(timeout=0.3, start=(0,))  # rank 1 never beats: UDP blocked?
+    time.sleep(1.0)
+    beats[0].stop()
+    assert verdicts == {0: [], 1: []}
+    assert "no heartbeat at all from worker(s) [1] in 0.3 s" in caplog.text
 
 
 # -- full disks ---------------------------------------------------------------------------

@@ -17,7 +17,9 @@ beats over a side channel, UDP datagrams, never the training collectives:
   passes the verdict on to the other workers with its answers and exits with
   ``STALLED_EXIT_CODE`` (76); they exit with it too. A worker that hears nothing from
   rank 0 for ``timeout`` seconds names rank 0 and exits the same way.
-* Workers that finish say so, and are not watched any more.
+* Workers that finish say so, and are not watched any more. A worker from which no beat
+  at all has arrived is not judged (UDP may be blocked between the machines): a warning
+  says that stall detection is off for it.
 
 Time is measured by each process on its own monotonic clock, so clocks of different
 machines need not agree. Not caught by the heartbeat: a main thread stuck while its
@@ -85,10 +87,12 @@ class Heartbeat:
         self._verdict: Optional[str] = None
         self._beats = 0
         self._reported: Dict[str, Any] = {}  # the progress in the last beat sent
+        self._started = 0.0
+        self._warned = False
         self._thread = threading.Thread(target=self._run, name="fcos_d2-heartbeat", daemon=True)
 
     def start(self) -> "Heartbeat":
-        now = time.monotonic()
+        now = self._started = time.monotonic()
         others = range(1, self.world_size) if self.rank == 0 else [0]
         self._peers = {r: {"seen": now, "beat": None, "address": None} for r in others}
         self._thread.start()
@@ -129,8 +133,9 @@ class Heartbeat:
                 data, address = self._sock.recvfrom(65536)
             except socket.timeout:
                 continue
-            except OSError:
-                return
+            except OSError:  # e.g. an ICMP error of an earlier datagram: try again
+                time.sleep(min(left, 0.1))
+                continue
             beat = json.loads(data)
             peer = self._peers.get(beat["rank"])
             if peer is None:
@@ -146,19 +151,25 @@ class Heartbeat:
 
     def _stalled_peer(self) -> Optional[int]:
         now = time.monotonic()
+        silent = [rank for rank, peer in self._peers.items() if peer["beat"] is None]
+        if silent and now - self._started > self.timeout and not self._warned:
+            self._warned = True
+            logger.warning(f"no heartbeat at all from worker(s) {silent} in {self.timeout:g} s: "
+                           "UDP between the machines blocked? Stall detection is off for "
+                           "them (--dist-timeout still applies).")
         for rank, peer in self._peers.items():
-            done = peer["beat"] is not None and peer["beat"]["done"]
-            if not done and now - peer["seen"] > self.timeout:
+            if peer["beat"] is not None and not peer["beat"]["done"] and \
+                    now - peer["seen"] > self.timeout:
                 return rank
         return None
 
     def _message(self, rank: int) -> str:
-        beat = self._peers[rank]["beat"] or {}
-        where = f"host {beat['host']}, pid {beat['pid']}" if beat else "no beat ever arrived"
-        iteration = beat.get("iteration")
+        beat = self._peers[rank]["beat"]
+        iteration = beat["iteration"]
         last = (f"its last reported iteration: {iteration} ({beat['phase']})"
-                if iteration is not None else f"it had not started training ({where})")
-        return (f"worker {rank} of {self.world_size} stalled ({where}): no heartbeat for "
+                if iteration is not None else f"it had not started training ({beat['phase']})")
+        return (f"worker {rank} of {self.world_size} stalled (host {beat['host']}, pid "
+                f"{beat['pid']}): no heartbeat for "
                 f"{self.timeout:g} s (--stall-timeout); {last}. Reported by worker "
                 f"{self.rank}. Ending the whole job (status {STALLED_EXIT_CODE}) instead of "
                 f"waiting for --dist-timeout; look at that machine, then restart with "
