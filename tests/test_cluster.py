@@ -18,9 +18,8 @@ import torch
 
 from fcos_d2.checkpoint import FCOSCheckpointer
 from fcos_d2.checkpoint.disk_space import CheckpointWriteError, low_space_warning
-from fcos_d2.engine.heartbeat import Heartbeat
+from fcos_d2.engine.heartbeat import STALLED_EXIT_CODE, Heartbeat
 from fcos_d2.engine.preemption import PREEMPTED_EXIT_CODE, parse_signals
-from fcos_d2.engine.heartbeat import STALLED_EXIT_CODE
 from fcos_d2.engine.slurm import (SlurmError, apply_slurm_environment, expand_nodelist,
                                   slurm_launch_settings)
 from test_training_faults import argv, free_port, log_of, max_weight_difference

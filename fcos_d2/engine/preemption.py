@@ -24,7 +24,7 @@ import multiprocessing
 import os
 import signal
 import threading
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, Sequence
 
 import torch
 import torch.distributed as dist
