@@ -174,19 +174,19 @@ def test_two_nodes_resumed_after_preemption_end_as_an_uninterrupted_run(two_node
 
 def test_one_worker_saves_on_sigterm_ignores_a_second_one_and_resumes_exactly(
         server, dataset, tmp_path):
-    """6 iterations, checkpoints after 1, 3 and 5; SIGTERM when iteration 2 starts, and
-    again while its checkpoint is written."""
+    """6 iterations, checkpoints after 1, 3 and 5; SIGTERM when iteration 0 starts (no
+    checkpoint yet), and again while its checkpoint is written."""
     out = {name: tmp_path / name for name in ("whole", "preempted")}
     one = ("DATALOADER.NUM_WORKERS", "0")
     whole = server.start(argv(dataset, out["whole"], *one), log=tmp_path / "whole.log")
     pid = server.start(argv(dataset, out["preempted"], *one), log=tmp_path / "preempted.log",
-                       signals={2: "SIGTERM"}, signal_during_save={"model_0000002": "SIGTERM"})
+                       signals={0: "SIGTERM"}, signal_during_save={"model_0000000": "SIGTERM"})
     assert server.wait(whole)[0] == 0
     status, _ = server.wait(pid)
     log = (tmp_path / "preempted.log").read_text()
     assert status == PREEMPTED_EXIT_CODE, log[-4000:]
     assert "SIGTERM received again: ignored, the checkpoint is being written" in log
-    assert (out["preempted"] / "last_checkpoint").read_text() == "model_0000002.pth"
+    assert (out["preempted"] / "last_checkpoint").read_text() == "model_0000000.pth"
     assert temporary_files(out["preempted"]) == []
     resumed = server.start(argv(dataset, out["preempted"], *one, flags=["--skip-test",
                                                                        "--resume"]),

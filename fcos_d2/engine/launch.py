@@ -17,6 +17,7 @@ preempted (75) or that ended the job for a stalled worker (76).
 """
 import argparse
 import functools
+import multiprocessing.connection
 import os
 import socket
 from datetime import timedelta
@@ -64,7 +65,7 @@ def add_launcher_arguments(parser: argparse.ArgumentParser) -> argparse.Argument
     parser.add_argument("--preemption-signals", nargs="*", default=["SIGTERM"], metavar="SIG",
                         help="signals after which training saves a checkpoint of the current "
                         "iteration and exits with status 75 (resume with --resume); e.g. "
-                        "SIGTERM SIGUSR1; none: no such signal")
+                        "SIGTERM SIGUSR1; the flag without a name: none")
     parser.add_argument("--stall-timeout", type=float, default=DEFAULT_STALL_TIMEOUT,
                         metavar="SECONDS", help="end the whole job (status 76) when a worker "
                         "sends no heartbeat for this long (a frozen process or machine); 0: "
@@ -151,8 +152,9 @@ def launch(
             _cpu_worker(0, *worker_args)  # that stopping this process stops the worker
         else:
             with _SpawnedWorkers(signals):
-                mp.start_processes(_cpu_worker, nprocs=num_gpus_per_machine, args=worker_args,
-                                   start_method="spawn")
+                _join_workers(mp.start_processes(_cpu_worker, nprocs=num_gpus_per_machine,
+                                                 args=worker_args, start_method="spawn",
+                                                 join=False))
     else:
         with _SpawnedWorkers(signals if world_size > 1 else ()):
             d2_launch(functools.partial(_d2_worker, main_func, options), num_gpus_per_machine,
@@ -175,6 +177,32 @@ class _SpawnedWorkers:
         if isinstance(error, mp.ProcessExitedException) and code in (PREEMPTED_EXIT_CODE,
                                                                      STALLED_EXIT_CODE):
             raise SystemExit(code) from None
+
+
+def _join_workers(context: mp.ProcessContext) -> None:
+    """Waits for the spawned workers. When one ended the job for a stalled worker (76), the
+    others are killed at once (torch's join would send SIGTERM and wait 30 s before
+    SIGKILL, and a stopped process does not act on SIGTERM) and this process exits with 76;
+    when they all exit with 0 or 75 (preempted), with 75. Otherwise torch's join reports
+    the error of a worker and ends the others."""
+    processes = context.processes
+    while any(p.exitcode is None for p in processes):
+        codes = {p.exitcode for p in processes}
+        if STALLED_EXIT_CODE in codes:
+            for process in processes:
+                if process.exitcode is None:
+                    process.kill()
+        elif codes - {None, 0, PREEMPTED_EXIT_CODE}:
+            break
+        multiprocessing.connection.wait([p.sentinel for p in processes if p.exitcode is None],
+                                        timeout=1.0)
+    codes = {p.exitcode for p in processes}
+    if STALLED_EXIT_CODE in codes:
+        raise SystemExit(STALLED_EXIT_CODE)
+    if PREEMPTED_EXIT_CODE in codes and codes <= {0, PREEMPTED_EXIT_CODE}:
+        raise SystemExit(PREEMPTED_EXIT_CODE)
+    while not context.join():
+        pass
 
 
 def _host_of(dist_url: Optional[str]) -> str:

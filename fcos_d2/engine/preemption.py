@@ -131,11 +131,7 @@ class SaveOnPreemption(HookBase):
         if self._exact_resume is not None:
             self._exact_resume.capture()
         name = f"model_{iteration:07d}"
-        last = self._checkpointer.get_checkpoint_file() if comm.is_main_process() and \
-            self._checkpointer.has_checkpoint() else ""
-        if comm.is_main_process() and os.path.basename(last) not in (
-                f"{name}.pth", "model_final.pth" if iteration >= self.trainer.max_iter - 1
-                else ""):
+        if comm.is_main_process() and not self._just_saved(name):
             self._checkpointer.save(name, iteration=iteration)
         if self._group is not None:
             dist.barrier(group=self._group)  # nobody exits before the file is complete
@@ -144,6 +140,14 @@ class SaveOnPreemption(HookBase):
                        f"{os.path.join(self._checkpointer.save_dir, name)}.pth; exiting with "
                        f"status {PREEMPTED_EXIT_CODE}. Resume with --resume.")
         raise Preempted()
+
+    def _just_saved(self, name: str) -> bool:
+        """Whether the periodic checkpointer saved this iteration already."""
+        if not self._checkpointer.has_checkpoint():
+            return False
+        last = os.path.basename(self._checkpointer.get_checkpoint_file())
+        final = self.trainer.iter >= self.trainer.max_iter - 1
+        return last == f"{name}.pth" or (final and last == "model_final.pth")
 
     def _anyone_requested(self) -> bool:
         mine = _state["requested"] is not None

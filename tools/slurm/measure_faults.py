@@ -9,7 +9,10 @@
 3. the cost of agreeing on a stop every iteration: one all-reduce of one number over gloo
    between two CPU workers, against the time of an iteration.
 
-    python tools/slurm/measure_faults.py [--stall-timeout 10]
+    python tools/slurm/measure_faults.py [--stall-timeout 10] [--small]
+
+``--small``: the quickstart model made tiny (FPN width 64, one tower conv, 2 images a
+batch), for a loaded machine.
 """
 import argparse
 import glob
@@ -26,16 +29,20 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 
+SMALL = []  # config overrides, from --small
+
+
 def start(output: str, workers: int, *flags: str) -> subprocess.Popen:
     log = open(os.path.join(output, "console.log"), "w")
     return subprocess.Popen(
         [sys.executable, "train_net.py", "--config-file", "configs/quickstart.yaml",
          "--num-gpus", str(workers), "--skip-test", *flags, "SOLVER.MAX_ITER", "100000",
-         "SOLVER.CHECKPOINT_PERIOD", "100000", "TEST.EVAL_PERIOD", "0", "OUTPUT_DIR", output],
+         "SOLVER.CHECKPOINT_PERIOD", "100000", "TEST.EVAL_PERIOD", "0", *SMALL,
+         "OUTPUT_DIR", output],
         cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env={**os.environ})
 
 
-def wait_for_iteration(output: str, iteration: int = 39) -> float:
+def wait_for_iteration(output: str, iteration: int = 19) -> float:
     """Waits until detectron2 logs ``iter: <iteration>``; returns the last 'time:' value."""
     while True:
         text = Path(output, "console.log").read_text()
@@ -119,7 +126,11 @@ def all_reduce_cost(repetitions: int = 2000) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--stall-timeout", type=float, default=10.0)
+    parser.add_argument("--small", action="store_true")
     options = parser.parse_args()
+    if options.small:
+        SMALL += ["MODEL.FPN.OUT_CHANNELS", "64", "MODEL.FCOS.NUM_CONVS", "1",
+                  "SOLVER.IMS_PER_BATCH", "2"]
     all_reduce_cost()
     preemption(workers=1)
     preemption(workers=2)
