@@ -337,3 +337,14 @@ def test_before_training_a_folder_short_of_space_for_three_checkpoints_is_warned
     assert low_space_warning(str(tmp_path), checkpoint_bytes=free // 10) == ""
     warning = low_space_warning(str(tmp_path), checkpoint_bytes=free // 2)
     assert warning.startswith(f"{tmp_path} has ") and "less than 3 checkpoints of" in warning
+
+
+def test_the_trainer_hook_warns_with_the_models_checkpoint_size(tmp_path, caplog):
+    from types import SimpleNamespace
+
+    from fcos_d2.engine.hooks import WarnOnLowDiskSpace
+
+    huge = torch.nn.Linear(2 ** 20, 2 ** 20, bias=False, device="meta")  # 4 TiB, no memory
+    hook = WarnOnLowDiskSpace(SimpleNamespace(save_dir=str(tmp_path), model=huge))
+    hook.before_train()
+    assert "less than 3 checkpoints of about 8192.0 GiB each" in caplog.text
