@@ -8,12 +8,13 @@ reports at 38.7 COCO AP for R-50 1x.
 loading: ``MODEL.WEIGHTS_ALLOW_PICKLE`` and ``MODEL.WEIGHTS_SHA256``.
 """
 import re
-from pathlib import Path
 
 from detectron2.config import CfgNode as CN
 
-# The configs/ folder of the source checkout fcos_d2 is imported from (pip install -e).
-CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"
+from .project_files import project_dir
+
+# configs/ of the installed package (pip install .) or of the source checkout (pip install -e).
+CONFIGS_DIR = project_dir() / "configs"
 
 
 def get_config_file(name: str) -> str:
@@ -21,15 +22,18 @@ def get_config_file(name: str) -> str:
     ``"lazy/fcos_R_50_FPN_1x.py"``, usable from any working directory.
 
     Raises:
-        FileNotFoundError: naming the path; configs/ ships with the source checkout, so
-            fcos-d2 must be installed from it (``pip install -e path/to/fcos-d2``).
+        FileNotFoundError: naming the path.
     """
     path = CONFIGS_DIR / name
     if not path.is_file():
-        raise FileNotFoundError(f"fcos-d2 config '{name}' not found: no file {path} (configs/ "
-                                "ships with the source checkout: install fcos-d2 with "
-                                "`pip install -e path/to/fcos-d2`)")
+        raise FileNotFoundError(f"fcos-d2 config '{name}' not found: no file {path} (the "
+                                f"configs are: {', '.join(_config_names())})")
     return str(path)
+
+
+def _config_names():
+    return sorted(str(p.relative_to(CONFIGS_DIR)) for p in CONFIGS_DIR.rglob("*")
+                  if p.suffix in (".yaml", ".py"))
 
 
 def add_fcos_config(cfg: CN) -> None:
