@@ -20,7 +20,7 @@ import torch
 from detectron2.config import get_cfg
 from detectron2.data import MetadataCatalog, build_detection_test_loader
 from detectron2.engine import DefaultTrainer, default_argument_parser, default_setup, hooks
-from detectron2.evaluation import COCOEvaluator, verify_results
+from detectron2.evaluation import verify_results
 from detectron2.utils import comm
 from detectron2.utils.logger import setup_logger
 from torch.nn.parallel import DistributedDataParallel
@@ -32,6 +32,8 @@ from fcos_d2.data.boxes import filter_invalid_boxes_on_load
 from fcos_d2.data.mapper import FCOSDatasetMapper
 from fcos_d2.data.register import check_num_classes, register_coco_dataset
 from fcos_d2.evaluation import append_summaries, expected_results_verdict, iterations_trained
+from fcos_d2.report import ReportOptions
+from fcos_d2.report.evaluator import ReportingCOCOEvaluator
 from fcos_d2.engine import CPUAMPTrainer
 from fcos_d2.engine.amp import slow_bf16_warning
 from fcos_d2.engine.hooks import StopOnNonFiniteLoss
@@ -66,9 +68,10 @@ class Trainer(DefaultTrainer):
     def build_evaluator(cls, cfg, dataset_name, output_folder=None):
         prepare_dataset(dataset_name)
         # Without detectron2's C++ extension, COCOEvaluator must use pycocotools' COCOeval.
-        return COCOEvaluator(dataset_name, tasks=("bbox",), use_fast_impl=compat.HAS_D2_EXTENSION,
-                             output_dir=output_folder or os.path.join(cfg.OUTPUT_DIR, "inference",
-                                                                      dataset_name))
+        return ReportingCOCOEvaluator(  # COCOEvaluator that also writes report.html
+            dataset_name, tasks=("bbox",), use_fast_impl=compat.HAS_D2_EXTENSION,
+            report=ReportOptions.from_config(cfg),
+            output_dir=output_folder or os.path.join(cfg.OUTPUT_DIR, "inference", dataset_name))
 
     @classmethod
     def build_train_loader(cls, cfg):

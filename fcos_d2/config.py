@@ -12,6 +12,7 @@ import re
 from detectron2.config import CfgNode as CN
 
 from .project_files import project_dir
+from .report import add_report_config
 
 # configs/ of the installed package (pip install .) or of the source checkout (pip install -e).
 CONFIGS_DIR = project_dir() / "configs"
@@ -40,6 +41,7 @@ def add_fcos_config(cfg: CN) -> None:
     """Adds the ``MODEL.FCOS`` node (and ``add_checkpoint_config``'s keys) to ``cfg`` in
     place. Safe to call twice."""
     add_checkpoint_config(cfg)
+    add_report_config(cfg)  # TEST.REPORT: report.html after each evaluation
     if "FCOS" in cfg.MODEL:
         return
     cfg.MODEL.FCOS = _C = CN()
