@@ -9,8 +9,9 @@ import os
 from typing import Dict, List, Sequence
 
 import numpy as np
+from PIL import Image
 
-__all__ = ["pr_curves", "save_pr_plots", "save_ap_bars"]
+__all__ = ["pr_curves", "save_pr_plots", "save_ap_bars", "save_png"]
 
 _RECALL = np.linspace(0.0, 1.0, 101)
 _AREA_ALL, _MAX_DETS = 0, -1
@@ -45,28 +46,43 @@ def save_pr_plots(precision: np.ndarray, class_names: Sequence[str], folder: str
     Returns:
         The paths written: all classes first, then the classes in order.
     """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure  # no pyplot: no GUI backend, no global state
 
     curves = pr_curves(precision)
-    figure = Figure(figsize=(3.2, 2.8), dpi=80)  # one figure, redrawn: cheap for 80 classes
+    figure = Figure(figsize=(3.2, 2.8), dpi=80)
+    canvas = FigureCanvasAgg(figure)
     axes = figure.add_subplot()
-    lines = {name: axes.plot(_RECALL, np.zeros_like(_RECALL), label=name)[0] for name in curves}
+    lines = {name: axes.plot(_RECALL, np.zeros_like(_RECALL), label=name, animated=True)[0]
+             for name in curves}
     axes.set(xlim=(0, 1), ylim=(0, 1.02), xlabel="recall", ylabel="precision")
-    axes.legend(loc="lower left", fontsize=7)
-    figure.tight_layout()
+    axes.legend(handles=list(lines.values()), loc="lower left", fontsize=7)
+    axes.set_title(" ", fontsize=9)
+    axes.title.set_animated(True)
+    figure.subplots_adjust(left=0.2, bottom=0.16, right=0.96, top=0.9)  # tight_layout: slow
+    canvas.draw()  # axes, ticks and legend once; each plot then draws its lines and title
+    background = canvas.copy_from_bbox(figure.bbox)
     written = []
     rows = [(len(class_names), "all classes", f"{prefix}_all.png")] + \
         [(k, name, f"{prefix}_{k}.png") for k, name in enumerate(class_names)]
     for row, title, file_name in rows:
         if np.all(np.isnan(curves["IoU=0.50"][row])):
             continue
+        canvas.restore_region(background)
         for name, line in lines.items():
             line.set_ydata(curves[name][row])
+            axes.draw_artist(line)
         ap = np.nanmean(curves["IoU=0.50:0.95"][row]) * 100
-        axes.set_title(f"{title} (AP {ap:.1f})", fontsize=9)
+        axes.title.set_text(f"{title} (AP {ap:.1f})")
+        axes.draw_artist(axes.title)
         written.append(os.path.join(folder, file_name))
-        figure.savefig(written[-1])
+        save_png(Image.fromarray(np.asarray(canvas.buffer_rgba())[..., :3]), written[-1])
     return written
+
+
+def save_png(image: Image.Image, path: str) -> None:
+    """A PNG with light compression: several times faster to write than the default."""
+    image.save(path, compress_level=1)
 
 
 def save_ap_bars(ap_per_class: Dict[str, float], path: str, title: str) -> str:
@@ -75,13 +91,16 @@ def save_ap_bars(ap_per_class: Dict[str, float], path: str, title: str) -> str:
 
     names = sorted(ap_per_class, key=lambda n: np.nan_to_num(ap_per_class[n], nan=-1.0))
     values = [ap_per_class[n] for n in names]
-    figure = Figure(figsize=(4.5, 0.9 + 0.22 * len(names)), dpi=80)
+    labels = [f"{n} ({v:.1f})" for n, v in zip(names, values)]
+    width, height = 4.5, 0.9 + 0.22 * len(names)  # inches, at 80 dpi
+    figure = Figure(figsize=(width, height), dpi=80)
+    label_width = (max(map(len, labels), default=1) * 5.5 + 12) / (width * 80)  # ~5.5 px a letter
+    figure.subplots_adjust(left=min(0.6, label_width), right=0.95, bottom=0.5 / height,
+                           top=1 - 0.3 / height)
     axes = figure.add_subplot()
     axes.barh(range(len(names)), np.nan_to_num(values, nan=0.0), color="#4c72b0")
-    axes.set_yticks(range(len(names)), [f"{n} ({v:.1f})" for n, v in zip(names, values)],
-                    fontsize=8)
+    axes.set_yticks(range(len(names)), labels, fontsize=8)
     axes.set(xlim=(0, 100), xlabel="AP (%)")
     axes.set_title(title, fontsize=9)
-    figure.tight_layout()
-    figure.savefig(path)
+    figure.savefig(path, pil_kwargs={"compress_level": 1})
     return path

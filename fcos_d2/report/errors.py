@@ -5,10 +5,11 @@ boxes of their class, best score first, each box at most once, at an IoU thresho
 greedy matching at one threshold). Errors = false positives (detections that match no box)
 + missed boxes. Crowd boxes are neither missed nor make a detection on them false.
 """
+import functools
 from typing import Dict, List, NamedTuple, Sequence
 
 import numpy as np
-from PIL import Image, ImageDraw
+from PIL import Image, ImageDraw, ImageFont
 
 from detectron2.structures import BoxMode
 
@@ -73,7 +74,12 @@ def ground_truth_boxes(record: dict) -> Dict[str, np.ndarray]:
     """A dataset dict's annotations as arrays: "boxes" (M, 4) XYXY, "classes" (M,), "crowd"
     (M,) bool."""
     annotations = record.get("annotations", [])
-    boxes = [BoxMode.convert(a["bbox"], a["bbox_mode"], BoxMode.XYXY_ABS) for a in annotations]
+    modes = {a["bbox_mode"] for a in annotations}
+    if len(modes) == 1:  # as loaded from a COCO file: one conversion for the whole image
+        boxes = BoxMode.convert(np.asarray([a["bbox"] for a in annotations], dtype=np.float64),
+                                modes.pop(), BoxMode.XYXY_ABS)
+    else:
+        boxes = [BoxMode.convert(a["bbox"], a["bbox_mode"], BoxMode.XYXY_ABS) for a in annotations]
     return {"boxes": np.asarray(boxes, dtype=np.float64).reshape(-1, 4),
             "classes": np.asarray([a["category_id"] for a in annotations], dtype=np.int64),
             "crowd": np.asarray([bool(a.get("iscrowd", 0)) for a in annotations], dtype=bool)}
@@ -88,11 +94,13 @@ def draw_side_by_side(image_rgb: np.ndarray, gt: Dict[str, np.ndarray], detectio
     base = Image.fromarray(image_rgb).resize(
         (round(image_rgb.shape[1] * scale), round(image_rgb.shape[0] * scale)))
     left, right = base.copy(), base.copy()
+    draw_left, draw_right, font = ImageDraw.Draw(left), ImageDraw.Draw(right), _font()
     for box, k, ok in zip(gt["boxes"], gt["classes"], outcome.found):
-        _box(left, box * scale, _name(class_names, k), _GOOD if ok else _MISSED)
+        _box(draw_left, font, box * scale, _name(class_names, k), _GOOD if ok else _MISSED)
     for box, k, score, ok in zip(detections["boxes"], detections["classes"],
                                  detections["scores"], outcome.matched):
-        _box(right, box * scale, f"{_name(class_names, k)} {score:.2f}", _GOOD if ok else _FALSE)
+        _box(draw_right, font, box * scale, f"{_name(class_names, k)} {score:.2f}",
+             _GOOD if ok else _FALSE)
     picture = Image.new("RGB", (2 * base.width + 8, base.height), (255, 255, 255))
     picture.paste(left, (0, 0))
     picture.paste(right, (base.width + 8, 0))
@@ -103,10 +111,14 @@ def _name(class_names: Sequence[str], k: int) -> str:
     return class_names[k] if 0 <= k < len(class_names) else str(k)
 
 
-def _box(image: Image.Image, box: np.ndarray, label: str, color) -> None:
-    draw = ImageDraw.Draw(image)
+@functools.lru_cache(maxsize=1)
+def _font() -> ImageFont.ImageFont:
+    return ImageFont.load_default()
+
+
+def _box(draw: ImageDraw.ImageDraw, font, box: np.ndarray, label: str, color) -> None:
     x0, y0, x1, y1 = (float(v) for v in box)
     draw.rectangle([x0, y0, x1, y1], outline=color, width=2)
-    text_box = draw.textbbox((x0 + 2, y0 + 1), label)
+    text_box = draw.textbbox((x0 + 2, y0 + 1), label, font=font)
     draw.rectangle(text_box, fill=color)
-    draw.text((x0 + 2, y0 + 1), label, fill=(255, 255, 255))
+    draw.text((x0 + 2, y0 + 1), label, fill=(255, 255, 255), font=font)

@@ -21,7 +21,7 @@ from detectron2.utils import comm
 
 from ..data.images import read_image
 from .config import ReportOptions
-from .curves import save_ap_bars, save_pr_plots
+from .curves import save_ap_bars, save_png, save_pr_plots
 from .errors import draw_side_by_side, ground_truth_boxes, match_image, worst_images
 from .page import write_report_page
 
@@ -143,7 +143,8 @@ def _save_worst_images(dataset_name, records, class_names, options, pictures):
         file_name = truth[outcome.image_id].get("file_name", record["file_name"])
         image = read_image(file_name, format="RGB", image_id=outcome.image_id)
         path = os.path.join(pictures, f"worst_{rank:02d}.png")
-        draw_side_by_side(image, gt[outcome.image_id], record, outcome, class_names).save(path)
+        save_png(draw_side_by_side(image, gt[outcome.image_id], record, outcome, class_names),
+                 path)
         worst.append((path, f"{os.path.basename(file_name)} (image id {outcome.image_id}): "
                             f"{outcome.missed} missed, {outcome.false_positives} false of "
                             f"{len(record['scores'])} detections"))
