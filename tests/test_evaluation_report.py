@@ -28,7 +28,8 @@ from fcos_d2.report.evaluator import ReportingCOCOEvaluator
 
 
 def detections(boxes, classes, scores, size=(128, 128)) -> Instances:
-    return Instances(size, pred_boxes=Boxes(torch.tensor(boxes, dtype=torch.float32).reshape(-1, 4)),
+    boxes = torch.tensor(boxes, dtype=torch.float32).reshape(-1, 4)
+    return Instances(size, pred_boxes=Boxes(boxes),
                      scores=torch.tensor(scores, dtype=torch.float32),
                      pred_classes=torch.tensor(classes, dtype=torch.int64))
 

@@ -35,8 +35,10 @@ torch.save({"model": build_model(cfg).state_dict()}, "weights.pth")
 cfg.MODEL.WEIGHTS = "weights.pth"
 image = np.random.default_rng(0).integers(0, 256, (96, 160, 3), dtype=np.uint8)
 instances = fcos_d2.Predictor(cfg)(image)
-print(json.dumps({"package": fcos_d2.__file__, "config": fcos_d2.get_config_file("FCOS-R50.yaml"),
-                  "image_size": list(instances.image_size), "fields": sorted(instances.get_fields())}))
+print(json.dumps({"package": fcos_d2.__file__,
+                  "config": fcos_d2.get_config_file("FCOS-R50.yaml"),
+                  "image_size": list(instances.image_size),
+                  "fields": sorted(instances.get_fields())}))
 
 # what `python -m fcos_d2.train_net --help` does, in this process (each process imports torch)
 import contextlib, io, runpy

@@ -12,7 +12,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def tool():
-    spec = importlib.util.spec_from_file_location("visualize_data", REPO / "tools/visualize_data.py")
+    spec = importlib.util.spec_from_file_location("visualize_data",
+                                                  REPO / "tools" / "visualize_data.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -76,5 +77,6 @@ def test_the_dataloader_labels_boxes_with_category_names(dataset, tmp_path, monk
                         lambda self, **kw: labels.extend(kw["labels"]) or overlay(self, **kw))
     run(dataset / "annotations.json", dataset / "images", tmp_path / "loader", "dataloader",
         "--num-images", "2")
-    names = {c["name"] for c in json.loads((dataset / "annotations.json").read_text())["categories"]}
+    coco = json.loads((dataset / "annotations.json").read_text())
+    names = {category["name"] for category in coco["categories"]}
     assert labels and set(labels) <= names

@@ -40,7 +40,8 @@ class ImageErrors(NamedTuple):
 
 def _iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """(D, M) IoU of XYXY boxes a (D, 4) and b (M, 4)."""
-    low, high = np.maximum(a[:, None, :2], b[None, :, :2]), np.minimum(a[:, None, 2:], b[None, :, 2:])
+    low = np.maximum(a[:, None, :2], b[None, :, :2])  # (D, M, 2)
+    high = np.minimum(a[:, None, 2:], b[None, :, 2:])  # (D, M, 2)
     inter = np.prod(np.clip(high - low, 0, None), axis=2)
     area_a, area_b = np.prod(a[:, 2:] - a[:, :2], 1), np.prod(b[:, 2:] - b[:, :2], 1)
     return inter / np.maximum(area_a[:, None] + area_b[None] - inter, 1e-9)
