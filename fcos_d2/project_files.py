@@ -10,8 +10,10 @@ from pathlib import Path
 __all__ = ["PROJECT_FILES", "project_dir"]
 
 # Copied into the wheel under fcos_d2/project/ by setup.py: (folder or file, glob patterns).
-PROJECT_FILES = (("configs", ("*.yaml", "lazy/*.py")), ("tools", ("*.py",)),
-                 ("demo", ("*.py",)), ("train_net.py", ()))
+# Recursive, so that config folders of models built on FCOS (configs/SipMask/, ...) and
+# packages under tools/ come along.
+PROJECT_FILES = (("configs", ("**/*.yaml", "**/*.py")), ("tools", ("**/*.py",)),
+                 ("demo", ("**/*.py",)), ("train_net.py", ()))
 
 _PACKAGED = Path(__file__).resolve().parent / "project"
 _CHECKOUT = Path(__file__).resolve().parents[1]
