@@ -123,7 +123,8 @@ def write_report(folder: str, dataset_name: str, results: Dict[str, Dict[str, fl
         f"{time.strftime('%Y-%m-%d %H:%M:%S')}", results=results, plots=plots, worst=worst,
         notes=[f"Worst images: the {options.num_worst_images} with the most false detections "
                f"and missed boxes, detections with score >= {options.score_thresh}, matched "
-               f"at IoU >= {options.iou_thresh}."])
+               f"at IoU >= {options.iou_thresh}."] + ([] if precisions else [
+                   "No precision-recall curves: COCOeval had no detections to score."]))
     logger.info(f"Wrote {page} in {time.perf_counter() - start:.2f} s")
     return page
 
