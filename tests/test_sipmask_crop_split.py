@@ -1,6 +1,5 @@
 """SipMask's crop-split and ground-truth crop in plain PyTorch, against a plain loop that
 follows the rules of SipMask's CUDA kernels pixel by pixel."""
-
 import pytest
 import torch
 
