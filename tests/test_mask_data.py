@@ -18,6 +18,7 @@ from detectron2.structures import BitMasks, PolygonMasks
 from fcos_d2 import add_fcos_config
 from fcos_d2.data import prepare_dataset, register_coco_dataset, synthetic
 from fcos_d2.data.mapper import FCOSDatasetMapper
+from fcos_d2.data.masks import mask_to_rle
 
 SEED = synthetic.SPLIT_SEEDS["val"]
 HEIGHT, WIDTH = 20, 40  # the hand-made image; resized x2 to 40 x 80, then mirrored
@@ -167,7 +168,7 @@ def _l_shape() -> np.ndarray:
 
 @pytest.mark.parametrize("compressed", [True, False])
 def test_rle_targets_are_resized_and_mirrored_bitmasks(tmp_path, compressed):
-    rle = synthetic.mask_to_rle(_l_shape())
+    rle = mask_to_rle(_l_shape())
     if not compressed:  # uncompressed RLE: run lengths as a list, as some exporters write
         rle = {"size": [HEIGHT, WIDTH], "counts": _run_lengths(_l_shape())}
         rle = mask_util.frPyObjects(rle, HEIGHT, WIDTH)  # as load_coco_json converts it
@@ -188,7 +189,7 @@ def _run_lengths(mask: np.ndarray) -> list:
 
 
 def test_rle_with_polygon_format_is_an_error_saying_to_use_bitmask(tmp_path):
-    record = _record(_image_file(tmp_path), [synthetic.mask_to_rle(_l_shape())])
+    record = _record(_image_file(tmp_path), [mask_to_rle(_l_shape())])
     with pytest.raises(ValueError, match=r"image id 7\).*set INPUT.MASK_FORMAT bitmask"):
         _mapper("polygon")(record)
 
@@ -226,7 +227,7 @@ def test_registered_coco_dataset_keeps_polygons_and_rle(tmp_path):
     images = tmp_path / "images"
     images.mkdir()
     Image.fromarray(np.zeros((HEIGHT, WIDTH, 3), dtype=np.uint8)).save(images / "a.png")
-    rle = synthetic.mask_to_rle(_l_shape())
+    rle = mask_to_rle(_l_shape())
     coco = {"images": [{"id": 1, "file_name": "a.png", "height": HEIGHT, "width": WIDTH}],
             "categories": [{"id": 1, "name": "thing"}],
             "annotations": [

@@ -22,7 +22,8 @@ from detectron2.data import DatasetCatalog, MetadataCatalog
 from detectron2.structures import Boxes, Instances
 
 from fcos_d2 import add_fcos_config
-from fcos_d2.data import register_coco_dataset, synthetic
+from fcos_d2.data import register_coco_dataset
+from fcos_d2.data.masks import mask_to_rle
 from fcos_d2.evaluation import format_summary, summary_path
 
 NAME = "tiny_masks_for_evaluation"
@@ -52,7 +53,7 @@ def tiny_masks(tmp_path_factory):
                  "bbox": [0, 0, 10, 10], "segmentation": square_polygon},
                 {"id": 2, "image_id": 2, "category_id": 1, "iscrowd": 0, "area": 100,
                  "bbox": [10, 10, 10, 10],
-                 "segmentation": synthetic.mask_to_rle(_square(10, 10))}]}
+                 "segmentation": mask_to_rle(_square(10, 10))}]}
     (folder / "coco.json").write_text(json.dumps(coco))
     register_coco_dataset(NAME, str(folder / "coco.json"), str(folder / "images"))
     yield folder
@@ -136,20 +137,8 @@ def test_summary_with_masks_has_a_row_per_task_and_a_column_per_task_per_categor
 
 def test_tta_of_a_mask_model_scores_its_boxes_only(tiny_masks, tmp_path):
     from train_net import Trainer
-    from fcos_d2 import FCOS, get_config_file
-
-    class FCOSWithBoxMasks(FCOS):
-        """FCOS whose detections also carry masks (its boxes, filled), as a mask model's."""
-
-        def forward(self, batched_inputs):
-            outputs = super().forward(batched_inputs)
-            for output in [] if self.training else outputs:
-                found = output["instances"]
-                height, width = found.image_size
-                ys, xs = torch.arange(height)[:, None], torch.arange(width)[None]
-                x0, y0, x1, y1 = found.pred_boxes.tensor.T[..., None, None]  # (R, 1, 1) each
-                found.pred_masks = (xs >= x0) & (xs < x1) & (ys >= y0) & (ys < y1)  # (R, H, W)
-            return outputs
+    from fcos_d2 import get_config_file
+    from mask_models import FCOSWithBoxMasks
 
     # untrained: every score is about PRIOR_PROB, so no threshold keeps detections coming
     cfg = _cfg(tmp_path, True, "TEST.AUG.ENABLED", "True", "TEST.AUG.MIN_SIZES", f"({SIZE},)",

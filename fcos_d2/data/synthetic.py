@@ -18,7 +18,7 @@ would hide more than ``MAX_HIDDEN_FRACTION`` of an earlier one or shrink its box
 
 Masks: ``synthetic_masks_train`` and ``synthetic_masks_val`` are the same images and
 annotations plus each object's instance mask, its visible pixels exactly, as a COCO
-``segmentation`` in compressed RLE (``pycocotools.mask.encode``; the counts a string).
+``segmentation`` in compressed RLE (``fcos_d2.data.masks.mask_to_rle``).
 RLE rather than polygons: a polygon rasterised by pycocotools does not give the pixels
 Pillow drew, and an occluded shape or a ring has holes that COCO polygons cannot hold.
 They live in their own cache folder (``MASKS_CACHE_FOLDER``), so that the detection
@@ -45,11 +45,12 @@ from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
-import pycocotools.mask as mask_util
 from PIL import Image, ImageDraw
 
 from detectron2.data import DatasetCatalog, MetadataCatalog
 from detectron2.data.datasets import load_coco_json
+
+from .masks import mask_to_rle
 
 try:  # POSIX; elsewhere splits are still renamed into place, only without a lock
     import fcntl
@@ -119,13 +120,6 @@ def datasets_cache_root(*, masks: bool = False) -> Path:
 def is_synthetic(name: str) -> bool:
     """Whether `name` is one of the built-in synthetic datasets (with or without masks)."""
     return name in DATASET_SPLITS or name in MASK_DATASET_SPLITS
-
-
-def mask_to_rle(mask: np.ndarray) -> dict:
-    """Encodes an (H, W) bool mask as a JSON-ready COCO compressed RLE:
-    ``{"size": [H, W], "counts": str}``."""
-    rle = mask_util.encode(np.asfortranarray(mask.astype(np.uint8)))
-    return {"size": [int(n) for n in rle["size"]], "counts": rle["counts"].decode("ascii")}
 
 
 def shape_mask(kind: str, *, center: Tuple[float, float], radius: float,
