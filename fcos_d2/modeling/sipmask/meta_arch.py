@@ -20,7 +20,8 @@ from .head import SipMaskHead
 from .loss import sipmask_mask_loss
 from .masks import paste_mask_probabilities, resize_and_threshold
 
-_PROBS = "sipmask_mask_probs"  # a temporary field: probabilities at the input size
+_PROBS = "sipmask_mask_probs"  # temporary fields: probabilities at the input size,
+_ROW = "sipmask_row"  # and the row of each detection before detector_postprocess
 _PASTE_CHUNK = 32  # detections pasted at a time (bounds memory at COCO sizes)
 
 
@@ -126,10 +127,10 @@ class SipMask(FCOS):
         the masks: probabilities resized to the original size, > ``mask_threshold``."""
         probs = result.get(_PROBS)
         result.remove(_PROBS)
-        result.set("_row", torch.arange(len(result), device=probs.device))
+        result.set(_ROW, torch.arange(len(result), device=probs.device))
         result = detector_postprocess(result, height, width)
-        rows = result.get("_row")
-        result.remove("_row")
+        rows = result.get(_ROW)
+        result.remove(_ROW)
         result.pred_masks = resize_and_threshold(probs[rows], (height, width),
                                                  self.mask_threshold)
         return result
