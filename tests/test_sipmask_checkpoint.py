@@ -148,3 +148,21 @@ def test_converter_cli_writes_weights_that_the_r50_config_loads(tmp_path):
     assert result.returncode == 0, result.stderr
     converted = torch.load(target, weights_only=True)["model"]
     assert converted["head.sip_cof.weight"].shape == (128, 256, 3, 3)
+
+
+@pytest.mark.parametrize("config, sizes, style, schedule", [
+    ("SipMask-R50-1x.yaml", (800,), "choice", (90000, (60000, 80000))),
+    ("SipMask-R101-3x-MS.yaml", (640, 800), "range", (270000, (240000, 260000))),
+])
+def test_configs_match_sipmask_benchmarks(config, sizes, style, schedule):
+    cfg = get_cfg()
+    add_fcos_config(cfg)
+    cfg.merge_from_file(str(REPO / "configs" / "SipMask" / config))
+    assert (cfg.MODEL.META_ARCHITECTURE, cfg.MODEL.MASK_ON) == ("SipMask", True)
+    assert (tuple(cfg.INPUT.MIN_SIZE_TRAIN), cfg.INPUT.MIN_SIZE_TRAIN_SAMPLING) == (sizes, style)
+    assert (cfg.SOLVER.MAX_ITER, tuple(cfg.SOLVER.STEPS)) == schedule
+    assert (cfg.SOLVER.IMS_PER_BATCH, cfg.SOLVER.BASE_LR, cfg.INPUT.MIN_SIZE_TEST) == (16, 0.01, 800)
+    fcos = cfg.MODEL.FCOS  # the improved FCOS of their configs
+    assert (fcos.CENTER_SAMPLING_RADIUS, fcos.LOC_LOSS_TYPE, fcos.NORM_REG_TARGETS,
+            fcos.CENTERNESS_ON_REG, fcos.NUM_CONVS) == (1.5, "giou", True, True, 4)
+    assert (cfg.MODEL.SIPMASK.NUM_BASIS, cfg.MODEL.SIPMASK.MASK_THRESHOLD) == (32, 0.4)
