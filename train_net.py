@@ -71,11 +71,14 @@ class Trainer(DefaultTrainer):
             self._trainer = CPUAMPTrainer.replacing(self._trainer, precision)
 
     @classmethod
-    def build_evaluator(cls, cfg, dataset_name, output_folder=None):
+    def build_evaluator(cls, cfg, dataset_name, output_folder=None, tasks=None):
+        """COCOEvaluator of boxes, and of masks ("segm") too with MODEL.MASK_ON, unless
+        ``tasks`` says otherwise."""
         prepare_dataset(dataset_name)
+        tasks = tasks or (("bbox", "segm") if cfg.MODEL.MASK_ON else ("bbox",))
         # Without detectron2's C++ extension, COCOEvaluator must use pycocotools' COCOeval.
         return ReportingCOCOEvaluator(  # COCOEvaluator that also writes report.html
-            dataset_name, tasks=("bbox",), use_fast_impl=compat.HAS_D2_EXTENSION,
+            dataset_name, tasks=tasks, use_fast_impl=compat.HAS_D2_EXTENSION,
             report=ReportOptions.from_config(cfg),
             output_dir=output_folder or os.path.join(cfg.OUTPUT_DIR, "inference", dataset_name))
 
@@ -110,9 +113,11 @@ class Trainer(DefaultTrainer):
     def test_with_TTA(cls, cfg, model, iterations=None):
         """Evaluation with test-time augmentation (TEST.AUG): COCOEvaluator's files go to
         OUTPUT_DIR/inference_TTA/<dataset>, the summary.txt blocks say [TTA], and every
-        result key gets "_TTA", as in detectron2's tools/train_net.py."""
-        logger.info("Running inference with test-time augmentation ...")
-        evaluators = [cls.build_evaluator(cfg, name, output_folder=os.path.join(
+        result key gets "_TTA", as in detectron2's tools/train_net.py. Boxes only: TTA
+        merges boxes, so a mask model's masks are not evaluated under it."""
+        logger.info("Running inference with test-time augmentation ..."
+                    + (" (boxes only: TTA does not merge masks)" if cfg.MODEL.MASK_ON else ""))
+        evaluators = [cls.build_evaluator(cfg, name, tasks=("bbox",), output_folder=os.path.join(
             cfg.OUTPUT_DIR, "inference_TTA", name)) for name in cfg.DATASETS.TEST]
         results = super().test(cfg, FCOSWithTTA(cfg, model), evaluators)
         if comm.is_main_process():

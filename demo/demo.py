@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Runs FCOS on images; saves each with its detections drawn, and a JSON list of them.
+"""Runs FCOS on images; saves each with its detections drawn, and a JSON list of them
+(with masks, drawn and listed as RLE, for a model that returns ``pred_masks``).
 
     python demo/demo.py --config-file configs/quickstart.yaml --input a.png b.png \\
         --output demo_output MODEL.WEIGHTS output/quickstart/model_final.pth

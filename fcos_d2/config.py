@@ -42,6 +42,8 @@ def add_fcos_config(cfg: CN) -> None:
     place. Safe to call twice."""
     add_checkpoint_config(cfg)
     add_report_config(cfg)  # TEST.REPORT: report.html after each evaluation
+    from .modeling.sipmask.config import add_sipmask_config  # (not at import: no cycle)
+    add_sipmask_config(cfg)
     if "FCOS" in cfg.MODEL:
         return
     cfg.MODEL.FCOS = _C = CN()

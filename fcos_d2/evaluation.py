@@ -1,8 +1,10 @@
-"""Human-readable reports of COCO box evaluations.
+"""Human-readable reports of COCO box (and mask) evaluations.
 
 ``append_summaries`` appends one block per evaluated dataset to
 ``<output_dir>/inference/<dataset>/summary.txt``, so that a training run leaves the history
-of its evaluations in one small file. ``expected_results_verdict`` states in one line whether
+of its evaluations in one small file. A block holds the box table, or, when masks were
+evaluated too ("segm" results), one row per task ("bbox", "segm") and a per-category table
+with a column per task. ``expected_results_verdict`` states in one line whether
 ``TEST.EXPECTED_RESULTS`` holds, by the rule of detectron2's ``verify_results``.
 ``proposal_recall`` measures how many ground-truth boxes a proposal generator's best
 proposals find.
@@ -10,7 +12,7 @@ proposals find.
 import datetime
 import math
 import os
-from typing import Mapping, Optional, Sequence
+from typing import List, Mapping, Optional, Sequence
 
 import torch
 from detectron2.structures import Boxes, pairwise_iou
@@ -31,7 +33,8 @@ def summary_path(output_dir: str, dataset_name: str) -> str:
 
 def format_summary(dataset_name: str, bbox_results: Mapping[str, float],
                    iterations: Optional[int], time: Optional[datetime.datetime] = None,
-                   label: str = "", model: Optional[str] = None) -> str:
+                   label: str = "", model: Optional[str] = None,
+                   segm_results: Optional[Mapping[str, float]] = None) -> str:
     """Formats one evaluation as a block of text.
 
     Args:
@@ -44,6 +47,8 @@ def format_summary(dataset_name: str, bbox_results: Mapping[str, float],
             first line (e.g. "TTA" for test-time augmentation); "" for plain inference.
         model: what was evaluated, when not the PyTorch model (e.g. "ONNX fcos.onnx"); it
             then gets a "model: ..." field after the iterations.
+        segm_results: COCOEvaluator's ``results["segm"]`` (mask AP), in the same form;
+            None when masks were not evaluated.
 
     Returns:
         The block, ending with an empty line. Missing or NaN metrics read "nan".
@@ -53,9 +58,11 @@ def format_summary(dataset_name: str, bbox_results: Mapping[str, float],
     title = f"{dataset_name} [{label}]" if label else dataset_name
     evaluated = f"model: {model} | " if model else ""
     lines = [f"== {title} | iterations trained: {done} | {evaluated}"
-             f"{time:%Y-%m-%d %H:%M:%S} ==",
-             "  " + " ".join(f"{name:>6}" for name in SUMMARY_METRICS),
-             "  " + " ".join(_number(bbox_results.get(name)) for name in SUMMARY_METRICS)]
+             f"{time:%Y-%m-%d %H:%M:%S} =="]
+    if segm_results is not None:
+        return "\n".join(lines + _task_tables({"bbox": bbox_results, "segm": segm_results}))
+    lines += ["  " + " ".join(f"{name:>6}" for name in SUMMARY_METRICS),
+              "  " + " ".join(_number(bbox_results.get(name)) for name in SUMMARY_METRICS)]
     per_category = [(key[len("AP-"):], value) for key, value in bbox_results.items()
                     if key.startswith("AP-")]
     if per_category:
@@ -65,9 +72,28 @@ def format_summary(dataset_name: str, bbox_results: Mapping[str, float],
     return "\n".join(lines) + "\n\n"
 
 
+def _task_tables(results: Mapping[str, Mapping[str, float]]) -> List[str]:
+    """The lines of a block with several tasks: a metrics row per task, then the AP per
+    category in a column per task; the block's last line is empty."""
+    lines = ["  task " + " ".join(f"{name:>6}" for name in SUMMARY_METRICS)]
+    lines += [f"  {task:<4} " + " ".join(_number(metrics.get(name)) for name in SUMMARY_METRICS)
+              for task, metrics in results.items()]
+    names = list(dict.fromkeys(key[len("AP-"):] for metrics in results.values()
+                               for key in metrics if key.startswith("AP-")))
+    if names:
+        width = max(14, *(len(name) for name in names))  # the header fits above the names
+        lines.append(f"  {'AP per category:':<{width + 3}}"
+                     + " ".join(f"{task:>6}" for task in results))
+        lines += [f"    {name:<{width}} "
+                  + " ".join(_number(metrics.get("AP-" + name)) for metrics in results.values())
+                  for name in names]
+    return lines + ["", ""]
+
+
 def append_summary(output_dir: str, dataset_name: str, bbox_results: Mapping[str, float],
                    iterations: Optional[int], label: str = "",
-                   model: Optional[str] = None) -> str:
+                   model: Optional[str] = None,
+                   segm_results: Optional[Mapping[str, float]] = None) -> str:
     """Appends ``format_summary(...)`` to ``summary_path(output_dir, dataset_name)``.
 
     Returns:
@@ -76,7 +102,8 @@ def append_summary(output_dir: str, dataset_name: str, bbox_results: Mapping[str
     path = summary_path(output_dir, dataset_name)
     PathManager.mkdirs(os.path.dirname(path))
     with PathManager.open(path, "a") as f:
-        f.write(format_summary(dataset_name, bbox_results, iterations, label=label, model=model))
+        f.write(format_summary(dataset_name, bbox_results, iterations, label=label, model=model,
+                               segm_results=segm_results))
     return path
 
 
@@ -84,7 +111,7 @@ def append_summaries(output_dir: str, dataset_names: Sequence[str], results: Map
                      iterations: Optional[int], label: str = "",
                      model: Optional[str] = None) -> None:
     """``append_summary`` for each dataset of ``DefaultTrainer.test``'s results that has
-    "bbox" results.
+    "bbox" results (with its "segm" results, where masks were evaluated too).
 
     Args:
         output_dir: the run's output folder.
@@ -97,7 +124,8 @@ def append_summaries(output_dir: str, dataset_names: Sequence[str], results: Map
     per_dataset = {dataset_names[0]: results} if len(dataset_names) == 1 else results
     for name, result in per_dataset.items():
         if "bbox" in result:
-            append_summary(output_dir, name, result["bbox"], iterations, label, model)
+            append_summary(output_dir, name, result["bbox"], iterations, label, model,
+                           segm_results=result.get("segm"))
 
 
 def iterations_trained(max_iter: int) -> Optional[int]:

@@ -1,13 +1,17 @@
 """Pictures and JSON files of detections, for ``demo/demo.py`` and ``train_net.py --vis-val``.
 
 For an image called ``<name>``, ``save_detections`` writes ``<name>.png`` (the image with
-boxes, class names and scores drawn by detectron2's Visualizer) and ``<name>.json``::
+boxes, class names and scores drawn by detectron2's Visualizer, and the masks of a model
+that returns ``pred_masks``) and ``<name>.json``::
 
     {"image": "<path>", "height": H, "width": W,
      "detections": [{"box_xyxy": [x0, y0, x1, y1], "score": s, "class_id": k,
-                     "class_name": "..."}, ...]}
+                     "class_name": "...", "mask_rle": {"size": [H, W], "counts": "..."}},
+                    ...]}
 
-Boxes are absolute pixels of the original image; class ids are 0-based.
+Boxes are absolute pixels of the original image; class ids are 0-based. "mask_rle" is there
+only for models with masks: the (H, W) mask as COCO compressed RLE
+(``pycocotools.mask.decode`` reads it).
 """
 import json
 import os
@@ -22,6 +26,7 @@ from detectron2.utils.file_io import PathManager
 from detectron2.utils.visualizer import Visualizer
 
 from .data.images import read_image
+from .data.masks import mask_to_rle
 
 __all__ = ["detections_to_dicts", "draw_detections", "save_detections",
            "save_loader_predictions"]
@@ -32,23 +37,29 @@ def detections_to_dicts(instances: Instances,
     """Detections as JSON-ready dicts.
 
     Args:
-        instances: predictions with ``pred_boxes`` (XYXY), ``scores`` and ``pred_classes``.
+        instances: predictions with ``pred_boxes`` (XYXY), ``scores`` and ``pred_classes``,
+            and optionally ``pred_masks`` (R, H, W).
         class_names: names of the 0-based classes; an id without a name is named by its id.
 
     Returns:
-        One dict per detection: "box_xyxy", "score", "class_id", "class_name".
+        One dict per detection: "box_xyxy", "score", "class_id", "class_name", and
+        "mask_rle" (COCO compressed RLE, the counts a string) when there are masks.
     """
     names = list(class_names or [])
     boxes = instances.pred_boxes.tensor.tolist()
     scores, classes = instances.scores.tolist(), instances.pred_classes.tolist()
-    return [{"box_xyxy": box, "score": score, "class_id": k,
-             "class_name": names[k] if k < len(names) else str(k)}
-            for box, score, k in zip(boxes, scores, classes)]
+    found = [{"box_xyxy": box, "score": score, "class_id": k,
+              "class_name": names[k] if k < len(names) else str(k)}
+             for box, score, k in zip(boxes, scores, classes)]
+    if instances.has("pred_masks"):
+        for detection, mask in zip(found, instances.pred_masks.cpu().numpy()):
+            detection["mask_rle"] = mask_to_rle(mask)
+    return found
 
 
 def draw_detections(image_rgb: np.ndarray, instances: Instances, metadata,
                     min_side: int = 512) -> np.ndarray:
-    """Draws boxes, class names and scores on a copy of an image.
+    """Draws boxes, class names and scores (and masks, if any) on a copy of an image.
 
     Args:
         image_rgb: (H, W, 3) uint8, RGB.

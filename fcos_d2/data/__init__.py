@@ -2,7 +2,8 @@
 dropped at loading (``boxes``), and the image reader and mapper of the data loaders
 (``images``, ``mapper``).
 
-Importing this package registers ``synthetic_shapes_train`` and ``synthetic_shapes_val``
+Importing this package registers ``synthetic_shapes_train`` and ``synthetic_shapes_val``,
+and their twins with instance masks ``synthetic_masks_train`` and ``synthetic_masks_val``,
 with detectron2 (nothing is generated until they are first loaded or prepared).
 """
 from . import synthetic
@@ -31,5 +32,5 @@ def prepare_dataset(name: str) -> None:
     Args:
         name: a registered dataset name, e.g. ``"synthetic_shapes_val"``.
     """
-    if name in synthetic.DATASET_SPLITS:
+    if synthetic.is_synthetic(name):
         synthetic.prepare_synthetic_shapes(name)

@@ -8,27 +8,46 @@ that says so. Everything else is ``DatasetMapper``'s:
 ``from_config``, augmentations, box (and, where enabled, mask and keypoint) annotations,
 precomputed proposals. Semantic segmentation ("sem_seg_file_name") is not read: FCOS has
 no use for it.
+
+Instance masks (``MODEL.MASK_ON``, detectron2's key for the mapper's masks): each non-crowd
+annotation's "segmentation" (COCO polygons, or RLE as ``pycocotools`` or
+``load_coco_json`` give it) goes through the same augmentations as the image and becomes
+``instances.gt_masks`` at the input size: ``PolygonMasks`` or ``BitMasks`` by
+``INPUT.MASK_FORMAT`` ("polygon" or "bitmask"). RLE cannot become polygons without loss, so
+RLE data with "polygon" is an error that says to use "bitmask"; so is an annotation without
+a segmentation.
 """
 import copy
+from typing import List, Tuple, Union
 
 import numpy as np
 import torch
 from detectron2.data import DatasetMapper
 from detectron2.data import detection_utils as utils
 from detectron2.data import transforms as T
-from detectron2.structures import Instances
+from detectron2.structures import BitMasks, Instances, PolygonMasks
 
 from .images import read_image
 
-__all__ = ["FCOSDatasetMapper"]
+__all__ = ["FCOSDatasetMapper", "MASK_FORMATS"]
+
+MASK_FORMATS = ("polygon", "bitmask")  # INPUT.MASK_FORMAT: PolygonMasks or BitMasks
 
 
 class FCOSDatasetMapper(DatasetMapper):
     """``DatasetMapper`` with ``fcos_d2.data.images.read_image``; same arguments, same output:
 
     ``"image"``: (C, H, W) uint8 tensor in ``INPUT.FORMAT`` after augmentation, plus, in
-    training, ``"instances"`` (gt_boxes, gt_classes) of the non-crowd annotations.
+    training, ``"instances"`` (gt_boxes, gt_classes, and gt_masks with ``MODEL.MASK_ON``)
+    of the non-crowd annotations.
     """
+
+    @classmethod
+    def from_config(cls, cfg, is_train: bool = True):
+        if cfg.INPUT.MASK_FORMAT not in MASK_FORMATS:
+            raise ValueError(f"INPUT.MASK_FORMAT: unknown value '{cfg.INPUT.MASK_FORMAT}'; "
+                             f"use one of {list(MASK_FORMATS)}")
+        return super().from_config(cfg, is_train)
 
     def __call__(self, dataset_dict: dict) -> dict:
         dataset_dict = copy.deepcopy(dataset_dict)  # modified below
@@ -47,26 +66,57 @@ class FCOSDatasetMapper(DatasetMapper):
                                       proposal_topk=self.proposal_topk)
         annotations = dataset_dict.pop("annotations", None)
         if self.is_train and annotations is not None:
-            dataset_dict["instances"] = self._instances(annotations, transforms, image_shape)
+            where = f"image file {dataset_dict['file_name']} (image id " \
+                    f"{dataset_dict.get('image_id')})"
+            dataset_dict["instances"] = self._instances(annotations, transforms, image_shape,
+                                                        where=where)
         return dataset_dict
 
-    def _instances(self, annotations, transforms, image_shape) -> Instances:
-        """The non-crowd annotations, transformed, as Instances without empty boxes."""
+    def _instances(self, annotations, transforms, image_shape, *, where: str) -> Instances:
+        """The non-crowd annotations, transformed, as Instances without empty boxes.
+        ``where``: the image, as errors name it."""
         for annotation in annotations:
             if not self.use_instance_mask:
                 annotation.pop("segmentation", None)
             if not self.use_keypoint:
                 annotation.pop("keypoints", None)
+        annotations = [a for a in annotations if a.get("iscrowd", 0) == 0]
+        if self.use_instance_mask:
+            _check_segmentations(annotations, self.instance_mask_format, where)
         transformed = [
             utils.transform_instance_annotations(
                 a, transforms, image_shape, keypoint_hflip_indices=self.keypoint_hflip_indices)
-            for a in annotations if a.get("iscrowd", 0) == 0
+            for a in annotations
         ]
         instances = utils.annotations_to_instances(
             transformed, image_shape, mask_format=self.instance_mask_format)
+        if self.use_instance_mask and not instances.has("gt_masks"):  # no annotation
+            instances.gt_masks = _no_masks(self.instance_mask_format, image_shape)
         if self.recompute_boxes:  # tight boxes of the masks after cropping
             instances.gt_boxes = instances.gt_masks.get_bounding_boxes()
         return utils.filter_empty_instances(instances)
+
+
+def _check_segmentations(annotations: List[dict], mask_format: str, where: str) -> None:
+    """Raises a ValueError naming the image when an annotation has no segmentation, or an
+    RLE one while the masks are to be polygons."""
+    for annotation in annotations:
+        segmentation = annotation.get("segmentation")
+        if segmentation is None:
+            raise ValueError(f"MODEL.MASK_ON: an annotation of {where} has no "
+                             "'segmentation'; give every annotation a mask, or train without "
+                             "masks (MODEL.MASK_ON False)")
+        if isinstance(segmentation, dict) and mask_format == "polygon":
+            raise ValueError(f"INPUT.MASK_FORMAT 'polygon': {where} has an RLE segmentation, "
+                             "which polygons cannot hold exactly; set INPUT.MASK_FORMAT "
+                             "bitmask")
+
+
+def _no_masks(mask_format: str, image_shape: Tuple[int, int]) -> Union[BitMasks, PolygonMasks]:
+    """Zero masks of an image without annotations, so that gt_masks always exists."""
+    if mask_format == "polygon":
+        return PolygonMasks([])
+    return BitMasks(torch.zeros((0, *image_shape), dtype=torch.bool))  # (0, H, W)
 
 
 def _check_image_size(dataset_dict: dict, image: np.ndarray) -> None:

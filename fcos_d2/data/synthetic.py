@@ -16,13 +16,21 @@ without anti-aliasing and in decreasing size; a shape is re-placed (or dropped) 
 would hide more than ``MAX_HIDDEN_FRACTION`` of an earlier one or shrink its box below
 ``MIN_BOX_SIZE`` px.
 
+Masks: ``synthetic_masks_train`` and ``synthetic_masks_val`` are the same images and
+annotations plus each object's instance mask, its visible pixels exactly, as a COCO
+``segmentation`` in compressed RLE (``fcos_d2.data.masks.mask_to_rle``).
+RLE rather than polygons: a polygon rasterised by pycocotools does not give the pixels
+Pillow drew, and an occluded shape or a ring has holes that COCO polygons cannot hold.
+They live in their own cache folder (``MASKS_CACHE_FOLDER``), so that the detection
+figures measured on ``synthetic_shapes_v1`` stay valid.
+
 Generation is deterministic: image ``i`` of a split depends only on (split seed, i), so a
 smaller count gives a prefix of the full split.
 
-Cache: ``$FCOS_D2_DATASETS_CACHE/synthetic_shapes_v1/<split>/`` with ``images/*.png`` and
-``annotations.json``. The environment variable ``FCOS_D2_DATASETS_CACHE`` (default
-``~/.cache/fcos_d2``) is read when the names are registered, i.e. when ``fcos_d2.data`` is
-first imported. A split is written to a temporary folder and renamed into place, under a
+Cache: ``$FCOS_D2_DATASETS_CACHE/synthetic_shapes_v1/<split>/`` (``synthetic_shapes_v2``
+for the masks) with ``images/*.png`` and ``annotations.json``. The environment variable
+``FCOS_D2_DATASETS_CACHE`` (default ``~/.cache/fcos_d2``) is read when the names are
+registered, i.e. when ``fcos_d2.data`` is first imported. A split is written to a temporary folder and renamed into place, under a
 file lock, so an interrupted run or several processes at once never leave half a split.
 """
 import contextlib
@@ -42,6 +50,8 @@ from PIL import Image, ImageDraw
 from detectron2.data import DatasetCatalog, MetadataCatalog
 from detectron2.data.datasets import load_coco_json
 
+from .masks import mask_to_rle
+
 try:  # POSIX; elsewhere splits are still renamed into place, only without a lock
     import fcntl
 except ImportError:  # pragma: no cover
@@ -49,7 +59,10 @@ except ImportError:  # pragma: no cover
 
 CACHE_ENV = "FCOS_D2_DATASETS_CACHE"
 CACHE_FOLDER = "synthetic_shapes_v1"  # bump the version whenever the output changes
+MASKS_CACHE_FOLDER = "synthetic_shapes_v2"  # v1 with an RLE "segmentation" per annotation
 DATASET_SPLITS: Dict[str, str] = {"synthetic_shapes_train": "train", "synthetic_shapes_val": "val"}
+MASK_DATASET_SPLITS: Dict[str, str] = {"synthetic_masks_train": "train",
+                                       "synthetic_masks_val": "val"}
 NUM_IMAGES: Dict[str, int] = {"train": 3000, "val": 300}
 SPLIT_SEEDS: Dict[str, int] = {"train": 20240601, "val": 20240602}
 CLASS_NAMES: Tuple[str, ...] = ("circle", "square", "triangle", "star", "cross", "ring")
@@ -96,10 +109,17 @@ class SceneObject:
     visible_mask: np.ndarray
 
 
-def datasets_cache_root() -> Path:
-    """Returns the folder of the synthetic set: ``$FCOS_D2_DATASETS_CACHE/synthetic_shapes_v1``."""
+def datasets_cache_root(*, masks: bool = False) -> Path:
+    """Returns the folder of the synthetic set: ``$FCOS_D2_DATASETS_CACHE/synthetic_shapes_v1``,
+    or ``.../synthetic_shapes_v2`` for the set with masks."""
     base = os.environ.get(CACHE_ENV) or os.path.join("~", ".cache", "fcos_d2")
-    return Path(os.path.expandvars(base)).expanduser() / CACHE_FOLDER
+    return Path(os.path.expandvars(base)).expanduser() / (MASKS_CACHE_FOLDER if masks
+                                                          else CACHE_FOLDER)
+
+
+def is_synthetic(name: str) -> bool:
+    """Whether `name` is one of the built-in synthetic datasets (with or without masks)."""
+    return name in DATASET_SPLITS or name in MASK_DATASET_SPLITS
 
 
 def shape_mask(kind: str, *, center: Tuple[float, float], radius: float,
@@ -226,7 +246,7 @@ def render_image(*, seed: int, index: int) -> Tuple[np.ndarray, List[SceneObject
     return np.clip(np.rint(canvas), 0, 255).astype(np.uint8), objects
 
 
-def write_split(out_dir: Path, *, split: str, num_images: int) -> None:
+def write_split(out_dir: Path, *, split: str, num_images: int, masks: bool = False) -> None:
     """Renders the first images of a split into a folder, not atomically (see
     ``ensure_synthetic_shapes``).
 
@@ -234,6 +254,7 @@ def write_split(out_dir: Path, *, split: str, num_images: int) -> None:
         out_dir: receives ``images/<index:06d>.png`` and COCO ``annotations.json``.
         split: "train" or "val"; it chooses the seed.
         num_images: how many images; image ``i`` gets image id ``i + 1``.
+        masks: also write each object's visible pixels as an RLE "segmentation".
     """
     images_dir = Path(out_dir) / IMAGES_FOLDER
     images_dir.mkdir(parents=True, exist_ok=True)
@@ -249,9 +270,11 @@ def write_split(out_dir: Path, *, split: str, num_images: int) -> None:
                 "id": len(annotations) + 1, "image_id": image_id,
                 "category_id": obj.class_index + 1, "bbox": list(tight_box(obj.visible_mask)),
                 "area": int(obj.visible_mask.sum()), "iscrowd": 0,
+                **({"segmentation": mask_to_rle(obj.visible_mask)} if masks else {}),
             })
     coco = {
-        "info": {"description": f"fcos_d2 synthetic shapes, {CACHE_FOLDER}", "split": split,
+        "info": {"description": "fcos_d2 synthetic shapes, "
+                 f"{MASKS_CACHE_FOLDER if masks else CACHE_FOLDER}", "split": split,
                  "num_images": num_images, "seed": SPLIT_SEEDS[split]},
         "licenses": [],
         "images": images,
@@ -264,7 +287,7 @@ def write_split(out_dir: Path, *, split: str, num_images: int) -> None:
 
 
 def ensure_synthetic_shapes(split: str, *, root: Optional[Path] = None,
-                            num_images: Optional[int] = None) -> Path:
+                            num_images: Optional[int] = None, masks: bool = False) -> Path:
     """Generates a split unless it is already cached, and returns its folder.
 
     Safe against interruption and concurrent callers: the split is written to a temporary
@@ -272,8 +295,9 @@ def ensure_synthetic_shapes(split: str, *, root: Optional[Path] = None,
 
     Args:
         split: "train" or "val".
-        root: the dataset folder; default ``datasets_cache_root()``.
+        root: the dataset folder; default ``datasets_cache_root(masks=masks)``.
         num_images: default ``NUM_IMAGES[split]``; other counts go to ``<split>_<count>``.
+        masks: the split with an RLE "segmentation" per annotation.
 
     Returns:
         The split folder, holding ``annotations.json`` and ``images/``.
@@ -281,7 +305,7 @@ def ensure_synthetic_shapes(split: str, *, root: Optional[Path] = None,
     if split not in SPLIT_SEEDS:
         raise ValueError(f"synthetic shapes: unknown split '{split}'; use one of "
                          f"{sorted(SPLIT_SEEDS)}")
-    root = datasets_cache_root() if root is None else Path(root)
+    root = datasets_cache_root(masks=masks) if root is None else Path(root)
     count = NUM_IMAGES[split] if num_images is None else int(num_images)
     split_dir = root / (split if count == NUM_IMAGES[split] else f"{split}_{count}")
     if (split_dir / ANNOTATIONS_FILE).is_file():
@@ -293,16 +317,16 @@ def ensure_synthetic_shapes(split: str, *, root: Optional[Path] = None,
         if locked:  # no one else is writing: temporary folders left are from killed runs
             for stale in root.glob(f".{split_dir.name}.tmp-*"):
                 shutil.rmtree(stale, ignore_errors=True)
-        _write_atomically(split_dir, split=split, num_images=count)
+        _write_atomically(split_dir, split=split, num_images=count, masks=masks)
     return split_dir
 
 
-def _write_atomically(split_dir: Path, *, split: str, num_images: int) -> None:
+def _write_atomically(split_dir: Path, *, split: str, num_images: int, masks: bool) -> None:
     # not tempfile.mkdtemp: its folders are private (0700) whatever the umask says
     temporary = split_dir.parent / f".{split_dir.name}.tmp-{os.getpid()}-{uuid.uuid4().hex}"
     temporary.mkdir()
     try:
-        write_split(temporary, split=split, num_images=num_images)
+        write_split(temporary, split=split, num_images=num_images, masks=masks)
         os.rename(temporary, split_dir)
     except BaseException as error:
         shutil.rmtree(temporary, ignore_errors=True)
@@ -330,32 +354,53 @@ def _exclusive_lock(path: Path) -> Iterator[bool]:
 
 
 def load_synthetic_shapes(name: str, *, root: Optional[Path] = None) -> List[dict]:
-    """Generates the split of dataset `name` if needed, and loads it as detectron2 dicts."""
-    split_dir = ensure_synthetic_shapes(DATASET_SPLITS[name], root=root)
+    """Generates the split of dataset `name` if needed, and loads it as detectron2 dicts
+    (with a "segmentation" per annotation for the ``MASK_DATASET_SPLITS``)."""
+    split, masks = _split_of(name)
+    split_dir = ensure_synthetic_shapes(split, root=root, masks=masks)
     return load_coco_json(str(split_dir / ANNOTATIONS_FILE), str(split_dir / IMAGES_FOLDER), name)
 
 
-def register_synthetic_shapes(root: Optional[Path] = None) -> None:
-    """Registers ``DATASET_SPLITS`` with detectron2's catalogs; names already registered are
-    left as they are. Nothing is generated before the data is first loaded (or prepared).
+def register_synthetic_shapes(root: Optional[Path] = None,
+                              masks_root: Optional[Path] = None) -> None:
+    """Registers ``DATASET_SPLITS`` and ``MASK_DATASET_SPLITS`` with detectron2's catalogs;
+    names already registered are left as they are. Nothing is generated before the data is
+    first loaded (or prepared).
 
     Args:
-        root: the dataset folder; default ``datasets_cache_root()``, read now.
+        root: the folder of the set without masks; default ``datasets_cache_root()``, read now.
+        masks_root: the folder of the set with masks; default
+            ``datasets_cache_root(masks=True)``, read now.
     """
-    root = datasets_cache_root() if root is None else Path(root)
-    for name, split in DATASET_SPLITS.items():
-        if name in DatasetCatalog.list():
-            continue
-        DatasetCatalog.register(name, functools.partial(load_synthetic_shapes, name, root=root))
-        MetadataCatalog.get(name).set(
-            thing_classes=list(CLASS_NAMES), evaluator_type="coco",
-            json_file=str(root / split / ANNOTATIONS_FILE),
-            image_root=str(root / split / IMAGES_FOLDER),
-        )
+    roots = {False: datasets_cache_root() if root is None else Path(root),
+             True: datasets_cache_root(masks=True) if masks_root is None else Path(masks_root)}
+    for masks, splits in ((False, DATASET_SPLITS), (True, MASK_DATASET_SPLITS)):
+        for name, split in splits.items():
+            if name in DatasetCatalog.list():
+                continue
+            folder = roots[masks]
+            DatasetCatalog.register(name, functools.partial(load_synthetic_shapes, name,
+                                                            root=folder))
+            MetadataCatalog.get(name).set(
+                thing_classes=list(CLASS_NAMES), evaluator_type="coco",
+                json_file=str(folder / split / ANNOTATIONS_FILE),
+                image_root=str(folder / split / IMAGES_FOLDER),
+            )
 
 
 def prepare_synthetic_shapes(name: str) -> Path:
     """Generates the split of the registered synthetic dataset `name` where its metadata
     says it lives (``COCOEvaluator`` reads ``json_file`` when built), and returns its folder."""
+    split, masks = _split_of(name)
     split_dir = Path(MetadataCatalog.get(name).json_file).parent
-    return ensure_synthetic_shapes(DATASET_SPLITS[name], root=split_dir.parent)
+    return ensure_synthetic_shapes(split, root=split_dir.parent, masks=masks)
+
+
+def _split_of(name: str) -> Tuple[str, bool]:
+    """(split, with masks) of a synthetic dataset name."""
+    if name in MASK_DATASET_SPLITS:
+        return MASK_DATASET_SPLITS[name], True
+    if name in DATASET_SPLITS:
+        return DATASET_SPLITS[name], False
+    raise ValueError(f"synthetic shapes: unknown dataset '{name}'; use one of "
+                     f"{sorted({**DATASET_SPLITS, **MASK_DATASET_SPLITS})}")

@@ -23,7 +23,8 @@ from ..data.images import read_image
 
 class Predictor:
     """``Predictor(cfg)(image)`` -> ``Instances`` with ``pred_boxes`` (XYXY pixels of the
-    original image), ``scores`` and 0-based ``pred_classes``, best first, on the CPU.
+    original image), ``scores`` and 0-based ``pred_classes``, best first, on the CPU; a mask
+    model's ``pred_masks`` too, (R, H, W) bool in the original image's pixels.
 
     Args:
         cfg: a config with ``add_fcos_config`` and ``MODEL.WEIGHTS`` set to trained

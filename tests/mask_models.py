@@ -1,0 +1,43 @@
+"""Test helpers for mask models: ``FCOSWithBoxMasks``, an FCOS whose detections carry masks
+(registered as a META_ARCH, so that a config builds it), and
+``assert_masks_in_original_pixels``, the check that a mask model's ``pred_masks`` follow
+detectron2's conventions in the original image."""
+import torch
+from detectron2.modeling import META_ARCH_REGISTRY
+from detectron2.structures import Instances
+
+from fcos_d2 import FCOS
+
+
+class FCOSWithBoxMasks(FCOS):
+    """FCOS whose detections also carry ``pred_masks``: each box filled, (R, H, W) bool in
+    the size the detections are reported in (the original image's when "height" and
+    "width" are given), as a mask model returns them."""
+
+    def forward(self, batched_inputs):
+        outputs = super().forward(batched_inputs)
+        for output in [] if self.training else outputs:
+            found = output["instances"]
+            height, width = found.image_size
+            ys, xs = torch.arange(height)[:, None], torch.arange(width)[None]  # (H, 1), (1, W)
+            x0, y0, x1, y1 = found.pred_boxes.tensor.T.cpu()[..., None, None]  # (R, 1, 1) each
+            found.pred_masks = ((xs >= x0.floor()) & (xs < x1.ceil()) & (ys >= y0.floor())
+                                & (ys < y1.ceil())).to(found.scores.device)  # (R, H, W)
+        return outputs
+
+
+if "FCOSWithBoxMasks" not in META_ARCH_REGISTRY:
+    META_ARCH_REGISTRY.register(FCOSWithBoxMasks)
+
+
+def assert_masks_in_original_pixels(instances: Instances, height: int, width: int) -> None:
+    """Asserts detectron2's conventions for ``pred_masks`` of detections reported at
+    (height, width): one (H, W) bool mask per detection, each inside its box (rounded out
+    to whole pixels)."""
+    masks = instances.pred_masks
+    assert instances.image_size == (height, width)
+    assert masks.dtype == torch.bool and tuple(masks.shape) == (len(instances), height, width)
+    ys, xs = torch.arange(height)[:, None], torch.arange(width)[None]
+    for mask, (x0, y0, x1, y1) in zip(masks.cpu(), instances.pred_boxes.tensor.cpu()):
+        inside = (xs >= x0.floor()) & (xs < x1.ceil()) & (ys >= y0.floor()) & (ys < y1.ceil())
+        assert not (mask & ~inside).any(), "a mask has pixels outside its box"
