@@ -12,6 +12,8 @@ from pathlib import Path
 
 from detectron2.config import CfgNode as CN
 
+from .modeling.fast_inference import add_fast_inference_config
+
 # The configs/ folder of the source checkout fcos_d2 is imported from (pip install -e).
 CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"
 
@@ -155,6 +157,7 @@ def add_fcos_config(cfg: CN) -> None:
     # the same up to float rounding. On the 2-core CPU of the quickstart: 0.89x the time of
     # a training iteration in fp32 (measured side by side).
     _C.CHANNELS_LAST = False
+    add_fast_inference_config(_C)  # FAST_INFERENCE: folded BN, channels_last at inference
 
 
 def add_checkpoint_config(cfg: CN) -> None:

@@ -28,6 +28,7 @@ from fcos_d2.checkpoint import FCOSCheckpointer  # noqa: E402
 from detectron2.config import get_cfg  # noqa: E402
 from detectron2.modeling import build_model  # noqa: E402
 from fcos_d2.export import FCOSDenseOutputs  # noqa: E402
+from fcos_d2.modeling.fast_inference import fast_inference_enabled, inference_model  # noqa: E402
 from fcos_d2.export.files import (INPUT_DTYPES, check_against_pytorch, check_sizes,  # noqa: E402
                                   export_onnx, onnxruntime_runner, torchscript_runner,
                                   trace_torchscript)
@@ -104,6 +105,7 @@ def main() -> None:
     model = build_model(cfg).eval()
     checkpoint = FCOSCheckpointer.from_config(cfg, model).load(cfg.MODEL.WEIGHTS)
     iteration = checkpoint.get("iteration")  # 0-based, of the last finished iteration
+    model = inference_model(model, fast_inference_enabled(cfg))  # folded BN, channels_last
     if args.dense:
         error = export_dense(model, args.height, args.width, args.output, args.opset)
         print(f"wrote {args.output}; onnxruntime vs PyTorch: max abs difference {error:.2e}")

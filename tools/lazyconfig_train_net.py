@@ -31,6 +31,7 @@ from fcos_d2.checkpoint import FCOSCheckpointer  # noqa: E402
 from fcos_d2.data import prepare_dataset  # noqa: E402
 from fcos_d2.engine import CPUAMPTrainer  # noqa: E402
 from fcos_d2.engine.launch import launch  # noqa: E402
+from fcos_d2.modeling.fast_inference import inference_model  # noqa: E402
 
 logger = logging.getLogger("fcos_d2")
 
@@ -40,6 +41,9 @@ def do_test(cfg, model):
     if "evaluator" not in cfg.dataloader:
         return {}
     prepare_dataset(cfg.dataloader.evaluator.dataset_name)  # COCOEvaluator reads its json
+    # a folded, channels_last copy unless train.fast_inference is False (as
+    # MODEL.FCOS.FAST_INFERENCE in the yaml configs; fcos_d2.modeling.fast_inference)
+    model = inference_model(model, cfg.train.get("fast_inference", True))
     results = inference_on_dataset(model, instantiate(cfg.dataloader.test),
                                    instantiate(cfg.dataloader.evaluator))
     if comm.is_main_process():
