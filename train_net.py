@@ -34,7 +34,7 @@ from fcos_d2.data.register import check_num_classes, register_coco_dataset
 from fcos_d2.evaluation import append_summaries, expected_results_verdict, iterations_trained
 from fcos_d2.modeling.fast_inference import fast_inference_enabled, inference_model
 from fcos_d2.engine import CPUAMPTrainer
-from fcos_d2.engine.amp import slow_bf16_warning
+from fcos_d2.engine.amp import cpu_autocast_dtype
 from fcos_d2.engine.hooks import StopOnNonFiniteLoss
 from fcos_d2.engine.launch import add_launcher_arguments, launch
 from fcos_d2.engine.resumable_loader import build_resumable_train_loader
@@ -48,7 +48,9 @@ class Trainer(DefaultTrainer):
     """DefaultTrainer with COCO box evaluation, a summary.txt per evaluation, data loaders
     that use FCOSDatasetMapper and drop invalid boxes, atomic checkpoints (FCOSCheckpointer),
     exact resume (data stream and RNG states in the checkpoints), a stop on a non-finite loss,
-    SOLVER.AMP.ENABLED on the CPU (bf16 autocast; detectron2's AMPTrainer is CUDA-only), and
+    SOLVER.AMP.ENABLED on the CPU (bf16 autocast where the CPU has native bf16, float32
+    elsewhere unless MODEL.FCOS.CPU_BF16 says "always"; detectron2's AMPTrainer is
+    CUDA-only), and
     optionally no evaluation after the last iteration (``skip_final_eval``)."""
 
     def __init__(self, cfg, skip_final_eval: bool = False):
@@ -58,10 +60,10 @@ class Trainer(DefaultTrainer):
             if cpu_amp:  # the AMPTrainer built there is replaced below, with its CUDA scaler
                 warnings.filterwarnings("ignore", message=".*GradScaler.*")
             super().__init__(cfg)
-        if cpu_amp:
-            self._trainer = CPUAMPTrainer.replacing(self._trainer, torch.bfloat16)
-            if slow_bf16_warning():
-                logger.warning(slow_bf16_warning())
+        if cpu_amp:  # bf16 where the CPU has it natively (MODEL.FCOS.CPU_BF16), else float32
+            precision = cpu_autocast_dtype(torch.bfloat16, cfg.MODEL.FCOS.CPU_BF16,
+                                           what="training", key="SOLVER.AMP.ENABLED")
+            self._trainer = CPUAMPTrainer.replacing(self._trainer, precision)
 
     @classmethod
     def build_evaluator(cls, cfg, dataset_name, output_folder=None):

@@ -151,6 +151,12 @@ def add_fcos_config(cfg: CN) -> None:
     # fp16 GPUs); decoding, NMS and scores stay in float32. Training precision is
     # SOLVER.AMP.ENABLED (bf16 autocast on CPU, detectron2's fp16 AMP on GPU).
     _C.INFERENCE_DTYPE = "float32"
+    # Where bf16 may run on a CPU, for SOLVER.AMP.ENABLED (training) and INFERENCE_DTYPE
+    # "bfloat16": "auto" uses bf16 only on CPUs that compute it natively (AVX512-BF16 or AMX
+    # on x86, BF16 on ARM) and float32 elsewhere, saying so in one log line (emulated bf16
+    # trained the quickstart about 10x slower than float32 on an AVX2-only CPU); "always"
+    # uses bf16 on any CPU. GPUs are not affected.
+    _C.CPU_BF16 = "auto"
 
     # Layout. Keep conv weights and the input batch in channels_last (NHWC), the layout
     # oneDNN's CPU convolutions and tensor-core GPU convolutions run fastest in; results are
