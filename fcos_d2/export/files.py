@@ -113,7 +113,8 @@ def pytorch_detections(model: FCOS, images: Sequence[Tensor]) -> List[Detections
 
 def compare(expected: Sequence[Detections], got: Sequence[Detections],
             max_detections: Optional[int] = None, *, score_tolerance: float = SCORE_TOLERANCE,
-            box_tolerance: float = BOX_TOLERANCE) -> Dict[str, object]:
+            box_tolerance: float = BOX_TOLERANCE,
+            score_floor: Optional[float] = None) -> Dict[str, object]:
     """How far two runs' detections of the same images are apart, compared as sets
     (``fcos_d2.export.matching``): matched by class, score and box, in any order, with
     candidates tied at the ``max_detections`` cap interchangeable.
@@ -124,7 +125,8 @@ def compare(expected: Sequence[Detections], got: Sequence[Detections],
         "box_diff": the largest differences between matched detections.
     """
     return matching.compare(expected, got, score_tolerance=score_tolerance,
-                            box_tolerance=box_tolerance, max_detections=max_detections)
+                            box_tolerance=box_tolerance, max_detections=max_detections,
+                            score_floor=score_floor)
 
 
 def agreement_line(result: Dict[str, object], size: Tuple[int, int]) -> str:
@@ -153,7 +155,7 @@ def check_against_pytorch(model: FCOS, run: Callable, sizes: Sequence[Tuple[int,
                           **tolerances: float) -> List[str]:
     """Runs ``run`` (see :func:`onnxruntime_runner`) and PyTorch on one random image of each
     size; returns a line of agreement per size, each starting with "agree" or "DIFFER".
-    ``tolerances``: ``score_tolerance``, ``box_tolerance`` of :func:`compare`."""
+    ``tolerances``: ``score_tolerance``, ``box_tolerance``, ``score_floor`` of :func:`compare`."""
     generator = torch.Generator().manual_seed(seed)
     lines = []
     for height, width in sizes:

@@ -52,8 +52,14 @@ def _tied_at_cap(scores: np.ndarray, unmatched: np.ndarray, score_tolerance: flo
     return bool((scores[unmatched] <= scores.min() + score_tolerance).all())
 
 
+def _above(detections: Detections, floor: float) -> Detections:
+    keep = np.asarray(detections[1]) >= floor
+    return tuple(np.asarray(x)[keep] for x in detections)
+
+
 def compare_image(expected: Detections, got: Detections, *, score_tolerance: float,
-                  box_tolerance: float, max_detections: Optional[int] = None) -> Dict[str, object]:
+                  box_tolerance: float, max_detections: Optional[int] = None,
+                  score_floor: Optional[float] = None) -> Dict[str, object]:
     """Compares one image's detections as sets (see the module docstring).
 
     Args:
@@ -61,6 +67,10 @@ def compare_image(expected: Detections, got: Detections, *, score_tolerance: flo
         score_tolerance, box_tolerance: how far a score, a box coordinate (pixels) may move.
         max_detections: the cap (``TEST.DETECTIONS_PER_IMAGE``); None: no swaps at a cap
             are allowed.
+        score_floor: if given, only detections scoring at least this are compared, and
+            one without a partner is allowed if it scores below floor + score tolerance
+            (the other run may have scored it just below the floor). For runs far apart
+            in rounding (int8 against float32), whose weak detections come and go.
 
     Returns:
         "same": bool; "counts": (D_expected, D_got); "swapped_at_cap": detections of each
@@ -68,11 +78,16 @@ def compare_image(expected: Detections, got: Detections, *, score_tolerance: flo
         detections without a partner that are not such ties; "score_diff", "box_diff": the
         largest differences between matched detections.
     """
+    if score_floor is not None:
+        expected, got = _above(expected, score_floor), _above(got, score_floor)
     pairs, matched = match_detections(expected, got, score_tolerance=score_tolerance,
                                       box_tolerance=box_tolerance)
     e_scores, g_scores = np.asarray(expected[1]), np.asarray(got[1])
     g_matched = np.zeros(len(g_scores), dtype=bool)
     g_matched[pairs[:, 1]] = True
+    if score_floor is not None:  # partners that the other run scored just below the floor
+        matched |= e_scores < score_floor + score_tolerance
+        g_matched |= g_scores < score_floor + score_tolerance
     left = (int((~matched).sum()), int((~g_matched).sum()))
     at_cap = (max_detections is not None and len(e_scores) == len(g_scores) == max_detections
               and left[0] == left[1] and _tied_at_cap(e_scores, ~matched, score_tolerance)
@@ -89,12 +104,14 @@ def compare_image(expected: Detections, got: Detections, *, score_tolerance: flo
 
 
 def compare(expected: Sequence[Detections], got: Sequence[Detections], *, score_tolerance: float,
-            box_tolerance: float, max_detections: Optional[int] = None) -> Dict[str, object]:
+            box_tolerance: float, max_detections: Optional[int] = None,
+            score_floor: Optional[float] = None) -> Dict[str, object]:
     """:func:`compare_image` over images; "same" if every image is, the other entries per
     image ("counts", "swapped_at_cap", "unmatched") or the largest ("score_diff",
     "box_diff")."""
     results = [compare_image(e, g, score_tolerance=score_tolerance, box_tolerance=box_tolerance,
-                             max_detections=max_detections) for e, g in zip(expected, got)]
+                             max_detections=max_detections, score_floor=score_floor)
+               for e, g in zip(expected, got)]
     return {"same": all(r["same"] for r in results),
             "counts": [r["counts"] for r in results],
             "swapped_at_cap": [r["swapped_at_cap"] for r in results],
