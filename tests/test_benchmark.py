@@ -30,7 +30,8 @@ def test_contenders_are_timed_in_turn_after_a_warm_up(benchmark):
 
 def _rows(tag: str):
     inference = [{"row": "inference", "contender": c, "batch": b, "seconds": t}
-                 for c, b, t in [("fcos-d2 fp32", 1, 2.4), ("fcos-d2 fp32 FAST_INFERENCE off", 1, 3.0),
+                 for c, b, t in [("fcos-d2 fp32", 1, 2.4),
+                                 ("fcos-d2 fp32 FAST_INFERENCE off", 1, 3.0),
                                  ("torchvision fp32", 1, 4.0), (f"fcos-d2 {tag}", 1, 1.2),
                                  ("torchvision fp32", 4, 99.0)]]
     training = [{"row": "training", "contender": c, "batch": 2, "seconds": t}

@@ -10,7 +10,8 @@ from fcos_d2.modeling.postprocess import ties_in_candidate_order
 def _detections(rows):
     """rows of (x0, y0, x1, y1, score, class) -> (boxes, scores, classes)."""
     rows = np.array(rows, dtype=np.float64).reshape(-1, 6)
-    return rows[:, :4].astype(np.float32), rows[:, 4].astype(np.float32), rows[:, 5].astype(np.int64)
+    return (rows[:, :4].astype(np.float32), rows[:, 4].astype(np.float32),
+            rows[:, 5].astype(np.int64))
 
 
 # Five detections, the cap of this test: the last two tie in score (1e-7 apart).

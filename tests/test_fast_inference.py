@@ -78,7 +78,8 @@ def test_fast_copy_folds_every_batch_norm_runs_nhwc_and_keeps_the_outputs(backbo
     assert fast is not plain and not fast.training
     assert not any(isinstance(m, (FrozenBatchNorm2d, nn.BatchNorm2d)) for m in fast.modules())
     assert fast.channels_last
-    assert fast.backbone.bottom_up.stem.conv1.weight.is_contiguous(memory_format=torch.channels_last)
+    stem = fast.backbone.bottom_up.stem.conv1.weight
+    assert stem.is_contiguous(memory_format=torch.channels_last)
     _assert_same_outputs(fast, plain)
     # the plain model is untouched: same weights, same layout, its norms in place
     after = plain.state_dict()

@@ -101,5 +101,6 @@ def row(args, interleaved, training_step, image_size) -> List[dict]:
         print(f"  {mode:9s} eager {result[f'{mode}_eager_s']:.3f} s, compiled "
               f"{result[f'{mode}_compiled_s']:.3f} s: {speedup:.2f}x; compile (first call) "
               f"{result[f'{mode}_compile_s']:.0f} s")
-    print(f"  inference outputs, largest |compiled - eager|: {result['inference_max_abs_diff']:.1e}")
+    print(f"  inference outputs, largest |compiled - eager|: "
+          f"{result['inference_max_abs_diff']:.1e}")
     return [{"row": "compile", **result, "targets": targets}]

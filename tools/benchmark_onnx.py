@@ -15,7 +15,8 @@ from fcos_d2.modeling.fast_inference import inference_model
 
 
 def onnx_vs_eager_latency(cfg, height: int, width: int, threads: int, repeats: int,
-                          class_bias: Optional[float] = -2.2, int8: bool = True) -> Dict[str, float]:
+                          class_bias: Optional[float] = -2.2,
+                          int8: bool = True) -> Dict[str, float]:
     """Median seconds per image (batch 1) of the whole detector: PyTorch eager
     (``FCOS.forward``, post-processing included) vs onnxruntime running the whole graph,
     both on the CPU with ``threads`` threads.

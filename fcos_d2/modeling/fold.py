@@ -52,8 +52,9 @@ def fold_batchnorm(model: nn.Module, *, eval_batchnorm: bool = True) -> int:
     """Folds every frozen batch norm, and every ``BatchNorm2d`` in eval mode when
     ``eval_batchnorm``, into the convolution before it, in place: the ``norm`` of a
     detectron2 ``Conv2d`` or of fcos-d2's ``DeformConv2d``, and a norm that directly
-    follows an ``nn.Conv2d`` or a ``DeformConv2d`` in an ``nn.Sequential`` (the FCOS towers; it becomes an
-    ``nn.Identity`` there, so that the indices of the other layers stay).
+    follows an ``nn.Conv2d`` or a ``DeformConv2d`` in an ``nn.Sequential`` (the FCOS
+    towers; it becomes an ``nn.Identity`` there, so that the other layers keep their
+    indices).
 
     For inference only, after the weights are loaded: the folded model has other
     parameters (a ``bias`` per folded conv, no ``norm.*``), so checkpoints no longer load
