@@ -140,7 +140,7 @@ def row_inference(args) -> List[dict]:
     torch.manual_seed(0)
     contenders = inference_contenders(args.device, size(args))
     results = []
-    for batch in (1, 4):
+    for batch in args.inference_batches:
         images = bc.random_images(batch, *size(args), args.device)
         with torch.no_grad():
             fns = {name: (lambda f=f: f(images)) for name, f in contenders.items()}
@@ -403,6 +403,8 @@ def parse_args(argv=None):
                         help=f"comma-separated, from {list(ROWS)} (default: all)")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs after one warm-up")
     parser.add_argument("--quick", action="store_true", help="512x768 images instead of 800x1216")
+    parser.add_argument("--inference-batches", default="1,4", type=lambda text: [
+        int(x) for x in text.split(",")], help="batch sizes of the inference row (default 1,4)")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--threads", type=int, default=torch.get_num_threads(),
                         help="torch threads for every contender (default: torch's, all cores)")
