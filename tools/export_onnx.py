@@ -99,7 +99,8 @@ def export_int8(cfg, model, args, iterations: Optional[int]) -> bool:
                     iterations=iterations)
         kept = int8.quantize_int8(float_path, args.output, feeds)
     print(f"wrote {args.output} (opset {args.opset}, whole detector, int8 QDQ: "
-          f"{kept['quantized_convs']} convs in int8, calibrated on {len(feeds)} images of "
+          f"{kept['quantized_ops']} ops of backbone, FPN and towers in int8, of them "
+          f"{kept['quantized_convs']} convs, calibrated on {len(feeds)} images of "
           f"{datasets[0]}; kept in float32: {', '.join(kept['float_convs'])})")
     lines = check_against_pytorch(
         model, onnxruntime_runner(args.output), check_sizes(cfg.INPUT.MIN_SIZE_TEST),

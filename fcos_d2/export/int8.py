@@ -5,25 +5,29 @@ runtimes fuse into int8 kernels), int8 weights per output channel, uint8 activat
 per tensor, their ranges calibrated on real images that go through the project's own
 test-time mapper (``FCOSDatasetMapper``, resizing as at test time).
 
-Only convolutions are quantized: the backbone, the FPN and the head towers. The three
-prediction convolutions of the head (class logits, box regression, centerness) stay in
-float32: their outputs are the scores and box distances that the thresholds, top-k and
-NMS act on, where one 8-bit step of a box distance at P7 (stride 128) is pixels wide and
-one of a logit moves scores across the threshold; they are a few percent of the compute.
-Everything after them (decoding, top-k, NMS) is float32 as in the float graph.
+Quantized: the backbone, the FPN and the head towers (their convolutions, residual
+additions, ReLUs, max pooling and upsampling, so that activations stay int8 between
+them; GroupNorm stays float32). The three prediction convolutions of the head (class
+logits, box regression, centerness) stay in float32: their outputs are the scores and box
+distances that the thresholds, top-k and NMS act on, where one 8-bit step of a box
+distance at P7 (stride 128) is pixels wide and one of a logit moves scores across the
+threshold; they are a few percent of the compute. Everything after them (scales,
+decoding, top-k, NMS) is float32 as in the float graph.
 
 Symbols: N images (1 during calibration), H x W an image.
 """
 import itertools
 import os
 import tempfile
-from typing import Dict, Iterable, Iterator, List, Sequence
+from typing import Dict, Iterable, Iterator, List, Sequence, Tuple
 
 import numpy as np
 
-# Node-name prefixes of the convolutions kept in float32 (torch.onnx names nodes by module).
-FLOAT_PREFIXES = ("/head/cls_logits", "/head/bbox_pred", "/head/centerness",
-                  "/model/head/cls_logits", "/model/head/bbox_pred", "/model/head/centerness")
+# Node-name prefixes (torch.onnx names nodes by module path) of the parts quantized, the
+# op types quantized there, and the prediction convolutions kept in float32.
+INT8_PREFIXES = ("/backbone/", "/head/cls_tower", "/head/bbox_tower", "/head/share_tower")
+INT8_OP_TYPES = ("Conv", "Add", "Relu", "MaxPool", "Resize")
+FLOAT_PREFIXES = ("/head/cls_logits", "/head/bbox_pred", "/head/centerness")
 # Tolerances of the int8 graph's agreement with PyTorch float32 (fcos_d2.export.files.compare):
 # a score may move by 0.05, a box coordinate by 4 px; detections scoring below
 # INT8_SCORE_FLOOR are left out of the comparison (the many weak ones near the threshold
@@ -64,13 +68,17 @@ class _Reader:
         return next(self._feeds, None)
 
 
-def float_conv_nodes(path: str) -> List[str]:
-    """Names of the graph's prediction convolutions, kept in float32."""
+def split_nodes(path: str) -> Tuple[List[str], List[str]]:
+    """Names of the graph's nodes to quantize, and of its prediction convolutions (kept in
+    float32)."""
     import onnx
 
     graph = onnx.load(path).graph
-    return [node.name for node in graph.node
+    quantized = [node.name for node in graph.node
+                 if node.op_type in INT8_OP_TYPES and node.name.startswith(INT8_PREFIXES)]
+    kept = [node.name for node in graph.node
             if node.op_type == "Conv" and node.name.startswith(FLOAT_PREFIXES)]
+    return quantized, kept
 
 
 def quantize_int8(float_path: str, int8_path: str, feeds: Sequence[Dict[str, np.ndarray]]) -> Dict:
@@ -80,7 +88,7 @@ def quantize_int8(float_path: str, int8_path: str, feeds: Sequence[Dict[str, np.
         feeds: calibration inputs (:func:`calibration_inputs`).
 
     Returns:
-        {"quantized_convs": n, "float_convs": [names kept in float32]}.
+        {"quantized_convs": n, "quantized_ops": n, "float_convs": [names kept in float32]}.
     """
     import onnx
     from onnxruntime.quantization import (CalibrationMethod, QuantFormat, QuantType,
@@ -92,10 +100,12 @@ def quantize_int8(float_path: str, int8_path: str, feeds: Sequence[Dict[str, np.
         # conv bias is an initializer (quantized to int32 with its conv)
         prepared = os.path.join(folder, "prepared.onnx")
         quant_pre_process(float_path, prepared, skip_symbolic_shape=True)
-        keep_float = float_conv_nodes(prepared)
-        num_convs = sum(n.op_type == "Conv" for n in onnx.load(prepared).graph.node)
+        quantized, keep_float = split_nodes(prepared)
+        types = {n.name: n.op_type for n in onnx.load(prepared).graph.node}
         quantize_static(prepared, int8_path, _Reader(feeds), quant_format=QuantFormat.QDQ,
-                        op_types_to_quantize=["Conv"], per_channel=True,
+                        op_types_to_quantize=list(INT8_OP_TYPES), nodes_to_quantize=quantized,
+                        nodes_to_exclude=keep_float, per_channel=True,
                         activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-                        nodes_to_exclude=keep_float, calibrate_method=CalibrationMethod.MinMax)
-    return {"quantized_convs": num_convs - len(keep_float), "float_convs": keep_float}
+                        calibrate_method=CalibrationMethod.MinMax)
+    return {"quantized_convs": sum(types[name] == "Conv" for name in quantized),
+            "quantized_ops": len(quantized), "float_convs": keep_float}
