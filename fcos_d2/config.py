@@ -8,14 +8,14 @@ reports at 38.7 COCO AP for R-50 1x.
 loading: ``MODEL.WEIGHTS_ALLOW_PICKLE`` and ``MODEL.WEIGHTS_SHA256``.
 """
 import re
-from pathlib import Path
 
 from detectron2.config import CfgNode as CN
 
-from .modeling.fast_inference import add_fast_inference_config
+from .project_files import project_dir
+from .report import add_report_config
 
-# The configs/ folder of the source checkout fcos_d2 is imported from (pip install -e).
-CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"
+# configs/ of the installed package (pip install .) or of the source checkout (pip install -e).
+CONFIGS_DIR = project_dir() / "configs"
 
 
 def get_config_file(name: str) -> str:
@@ -23,21 +23,25 @@ def get_config_file(name: str) -> str:
     ``"lazy/fcos_R_50_FPN_1x.py"``, usable from any working directory.
 
     Raises:
-        FileNotFoundError: naming the path; configs/ ships with the source checkout, so
-            fcos-d2 must be installed from it (``pip install -e path/to/fcos-d2``).
+        FileNotFoundError: naming the path.
     """
     path = CONFIGS_DIR / name
     if not path.is_file():
-        raise FileNotFoundError(f"fcos-d2 config '{name}' not found: no file {path} (configs/ "
-                                "ships with the source checkout: install fcos-d2 with "
-                                "`pip install -e path/to/fcos-d2`)")
+        raise FileNotFoundError(f"fcos-d2 config '{name}' not found: no file {path} (the "
+                                f"configs are: {', '.join(_config_names())})")
     return str(path)
+
+
+def _config_names():
+    return sorted(str(p.relative_to(CONFIGS_DIR)) for p in CONFIGS_DIR.rglob("*")
+                  if p.suffix in (".yaml", ".py"))
 
 
 def add_fcos_config(cfg: CN) -> None:
     """Adds the ``MODEL.FCOS`` node (and ``add_checkpoint_config``'s keys) to ``cfg`` in
     place. Safe to call twice."""
     add_checkpoint_config(cfg)
+    add_report_config(cfg)  # TEST.REPORT: report.html after each evaluation
     if "FCOS" in cfg.MODEL:
         return
     cfg.MODEL.FCOS = _C = CN()
@@ -163,7 +167,10 @@ def add_fcos_config(cfg: CN) -> None:
     # the same up to float rounding. On the 2-core CPU of the quickstart: 0.89x the time of
     # a training iteration in fp32 (measured side by side).
     _C.CHANNELS_LAST = False
-    add_fast_inference_config(_C)  # FAST_INFERENCE: folded BN, channels_last at inference
+    # FAST_INFERENCE: folded BN, channels_last at inference (imported here: fcos_d2.modeling
+    # imports this module)
+    from .modeling.fast_inference import add_fast_inference_config
+    add_fast_inference_config(_C)
 
 
 def add_checkpoint_config(cfg: CN) -> None:
