@@ -76,3 +76,14 @@ def test_loader_row_times_both_mappers_on_jpegs_with_boxes(benchmark):
     result = benchmark_loader.mapper_throughput(images=2, repeats=1, size=(64, 96))
     assert result["fcos-d2"] > 0 and result["detectron2"] > 0
     assert result["ratio"] == pytest.approx(result["fcos-d2"] / result["detectron2"])
+
+
+def test_compile_row_says_why_it_skips_without_a_cpp_compiler(benchmark, monkeypatch, capsys):
+    import benchmark_compile
+
+    monkeypatch.setattr(benchmark_compile.shutil, "which", lambda name: None)
+    rows = benchmark_compile.row(benchmark.parse_args(["--rows", "compile"]), None, None,
+                                 (64, 96))
+    assert rows == [{"row": "compile", "skipped": "no C++ compiler (c++, g++ or clang++) on "
+                                                  "PATH: inductor needs one on the CPU"}]
+    assert "skipped: no C++ compiler" in capsys.readouterr().out
