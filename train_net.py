@@ -31,6 +31,7 @@ from fcos_d2.data.boxes import filter_invalid_boxes_on_load
 from fcos_d2.data.mapper import FCOSDatasetMapper
 from fcos_d2.data.register import check_num_classes, register_coco_dataset
 from fcos_d2.evaluation import append_summaries, expected_results_verdict, iterations_trained
+from fcos_d2.modeling.fast_inference import fast_inference_enabled, inference_model
 from fcos_d2.report import ReportOptions
 from fcos_d2.report.evaluator import ReportingCOCOEvaluator
 from fcos_d2.engine import CPUAMPTrainer
@@ -100,6 +101,7 @@ class Trainer(DefaultTrainer):
     def test(cls, cfg, model, evaluators=None, iterations=None):
         """DefaultTrainer.test, then a summary.txt block per dataset and the verdict on
         TEST.EXPECTED_RESULTS. ``iterations``: of the weights; None: of the running training."""
+        model = inference_model(model, fast_inference_enabled(cfg))  # folded copy; see there
         results = super().test(cfg, model, evaluators)
         if comm.is_main_process():
             if iterations is None:
@@ -119,6 +121,7 @@ class Trainer(DefaultTrainer):
                     + (" (boxes only: TTA does not merge masks)" if cfg.MODEL.MASK_ON else ""))
         evaluators = [cls.build_evaluator(cfg, name, tasks=("bbox",), output_folder=os.path.join(
             cfg.OUTPUT_DIR, "inference_TTA", name)) for name in cfg.DATASETS.TEST]
+        model = inference_model(model, fast_inference_enabled(cfg))
         results = super().test(cfg, FCOSWithTTA(cfg, model), evaluators)
         if comm.is_main_process():
             append_summaries(cfg.OUTPUT_DIR, cfg.DATASETS.TEST, results, iterations, label="TTA")
@@ -193,6 +196,7 @@ def main(args):
         results, model = trainer.train(), trainer.model
     if args.vis_val and comm.is_main_process():
         model = model.module if isinstance(model, DistributedDataParallel) else model
+        model = inference_model(model, fast_inference_enabled(cfg))
         name = cfg.DATASETS.TEST[0]
         folder = os.path.join(cfg.OUTPUT_DIR, "inference", name, "predictions")
         save_loader_predictions(model, Trainer.build_test_loader(cfg, name),

@@ -169,6 +169,10 @@ def add_fcos_config(cfg: CN) -> None:
     # the same up to float rounding. On the 2-core CPU of the quickstart: 0.89x the time of
     # a training iteration in fp32 (measured side by side).
     _C.CHANNELS_LAST = False
+    # FAST_INFERENCE: folded BN, channels_last at inference (imported here: fcos_d2.modeling
+    # imports this module)
+    from .modeling.fast_inference import add_fast_inference_config
+    add_fast_inference_config(_C)
 
 
 def add_checkpoint_config(cfg: CN) -> None:

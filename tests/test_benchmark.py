@@ -28,18 +28,31 @@ def test_contenders_are_timed_in_turn_after_a_warm_up(benchmark):
     assert set(medians) == {"a", "b"} and all(t >= 0 for t in medians.values())
 
 
-def test_target_ratios_divide_the_named_rows(benchmark):
+def _rows(tag: str):
     inference = [{"row": "inference", "contender": c, "batch": b, "seconds": t}
-                 for c, b, t in [("fcos-d2 fp32", 1, 3.0), ("fcos-d2 fp32 +CL +fold", 1, 2.4),
-                                 ("torchvision fp32", 1, 4.0), ("fcos-d2 bf16 +CL +fold", 1, 1.2),
+                 for c, b, t in [("fcos-d2 fp32", 1, 2.4),
+                                 ("fcos-d2 fp32 FAST_INFERENCE off", 1, 3.0),
+                                 ("torchvision fp32", 1, 4.0), (f"fcos-d2 {tag}", 1, 1.2),
                                  ("torchvision fp32", 4, 99.0)]]
     training = [{"row": "training", "contender": c, "batch": 2, "seconds": t}
                 for c, t in [("fcos-d2 fp32", 6.0), ("torchvision fp32", 8.0),
-                             ("fcos-d2 bf16 +CL", 3.0)]]
-    ratios = benchmark.target_ratios({"inference": inference, "training": training,
-                                      "flops": [{"floor_seconds": 2.0}]}, "cpu")
+                             (f"fcos-d2 {tag} +CL", 3.0)]]
+    return {"inference": inference, "training": training, "flops": [{"floor_seconds": 2.0}],
+            "loader": [{"targets": {"loader (target >= 0.95)": 0.97}}]}
+
+
+def test_target_ratios_divide_the_named_rows(benchmark):
+    ratios = benchmark.target_ratios(_rows("bf16 native"), "cpu", "bf16 native")
     assert list(ratios.values()) == pytest.approx([2.4 / 4.0, 1.2 / 2.4, 2.4 / 2.0,
-                                                   6.0 / 8.0, 3.0 / 6.0])
+                                                   6.0 / 8.0, 3.0 / 6.0, 0.97])
+    assert "inference bf16 native / fcos-d2 fp32 (target <= 0.55)" in ratios
+
+
+def test_emulated_bf16_ratios_are_no_result_and_left_out(benchmark, capsys):
+    ratios = benchmark.target_ratios(_rows("bf16 emulated"), "cpu", "bf16 emulated")
+    assert not any("bf16" in name for name in ratios)
+    assert list(ratios.values()) == pytest.approx([2.4 / 4.0, 2.4 / 2.0, 6.0 / 8.0, 0.97])
+    assert "bf16 emulated: its ratios are no result" in capsys.readouterr().out
 
 
 def test_an_unknown_row_is_rejected_naming_the_option(benchmark, capsys):
@@ -55,3 +68,22 @@ def test_device_cuda_without_a_gpu_prints_why_and_writes_the_reason(benchmark, t
     assert "skipped: --device cuda: CUDA is not available" in capsys.readouterr().out
     report = json.loads((tmp_path / "b.json").read_text())
     assert report["rows"] == {} and "CUDA is not available" in report["skipped"]
+
+
+def test_loader_row_times_both_mappers_on_jpegs_with_boxes(benchmark):
+    import benchmark_loader
+
+    result = benchmark_loader.mapper_throughput(images=2, repeats=1, size=(64, 96))
+    assert result["fcos-d2"] > 0 and result["detectron2"] > 0
+    assert result["ratio"] == pytest.approx(result["fcos-d2"] / result["detectron2"])
+
+
+def test_compile_row_says_why_it_skips_without_a_cpp_compiler(benchmark, monkeypatch, capsys):
+    import benchmark_compile
+
+    monkeypatch.setattr(benchmark_compile.shutil, "which", lambda name: None)
+    rows = benchmark_compile.row(benchmark.parse_args(["--rows", "compile"]), None, None,
+                                 (64, 96))
+    assert rows == [{"row": "compile", "skipped": "no C++ compiler (c++, g++ or clang++) on "
+                                                  "PATH: inductor needs one on the CPU"}]
+    assert "skipped: no C++ compiler" in capsys.readouterr().out

@@ -13,6 +13,11 @@ Rows (``--rows``, comma-separated; default all):
   memory     peak RSS (CUDA: peak allocated) of one inference and one training iteration,
              each contender in a fresh subprocess so that the peaks are its own
   parts      training targets + losses, and post-processing, against torchvision's
+  onnx       the whole detector in onnxruntime, fp32 and int8, against PyTorch eager
+  compile    torch.compile (inductor) of backbone + head against eager: inference and a
+             training step, compile time, output difference
+  loader     images/s of one loader worker: FCOSDatasetMapper against detectron2's
+             DatasetMapper on 800x1333 JPEGs with the COCO augmentations
 
 Adding a row: one function ``row_<name>(args) -> List[dict]`` that prints its table and
 returns its results, and an entry in ``ROWS``.
@@ -29,7 +34,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -37,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 
 import fcos_d2  # noqa: E402,F401  (before detectron2)
-from fcos_d2 import fold_frozen_batchnorm  # noqa: E402
+from fcos_d2.engine.amp import cpu_has_native_bf16  # noqa: E402
 import benchmark_contenders as bc  # noqa: E402
 import benchmark_parts  # noqa: E402
 
@@ -88,31 +93,41 @@ def print_table(title: str, results: List[dict], baseline: str) -> None:
               f"{r['batch'] / r['seconds']:6.2f} images/s  {r['seconds'] / base[r['batch']]:.2f}x")
 
 
+def bf16_kind(device: str) -> str:
+    """"native" or "emulated" (fcos_d2.engine.amp.cpu_has_native_bf16), "unknown" where the
+    CPU cannot tell; "" on a GPU. An emulated bf16 ratio is no result."""
+    if device != "cpu":
+        return ""
+    native = cpu_has_native_bf16()
+    return "unknown" if native is None else ("native" if native else "emulated")
+
+
+def low_tag(device: str) -> str:
+    """The low-precision rows' tag: "bf16 native" / "bf16 emulated" on a CPU, "fp16 AMP"."""
+    return f"bf16 {bf16_kind(device)}" if device == "cpu" else "fp16 AMP"
+
+
 def inference_contenders(device: str, image_size) -> Dict[str, Callable]:
-    """name -> infer(images), models in eval mode. fcos-d2 as configured, then with
-    MODEL.FCOS.CHANNELS_LAST (+CL) and frozen BN folded into the convs (+fold); the
-    low-precision rows run fcos-d2 with MODEL.FCOS.INFERENCE_DTYPE and torchvision under
-    autocast."""
+    """name -> infer(images), models in eval mode. fcos-d2 as configured (the fast path of
+    MODEL.FCOS.FAST_INFERENCE: folded BN, channels_last), as trained (FAST_INFERENCE
+    False), and the low-precision rows: fcos-d2 with MODEL.FCOS.INFERENCE_DTYPE (forced to
+    bf16 with CPU_BF16 "always", so that an emulated CPU shows what it costs) and
+    torchvision under autocast."""
     low = "bfloat16" if device == "cpu" else "float16"
-    tag = "bf16" if device == "cpu" else "fp16 AMP"
-    fp32, fp32_cl, fp32_fold, tv, low_fold, d2 = (
-        bc.fcos_d2_contender(device), bc.fcos_d2_contender(device, CHANNELS_LAST=True),
-        bc.fcos_d2_contender(device, CHANNELS_LAST=True),
-        bc.torchvision_contender(device, image_size),
-        bc.fcos_d2_contender(device, CHANNELS_LAST=True, INFERENCE_DTYPE=low),
+    fp32, plain, tv, low_fast, d2 = (
+        bc.fcos_d2_inference_contender(device), bc.fcos_d2_inference_contender(
+            device, FAST_INFERENCE=False), bc.torchvision_contender(device, image_size),
+        bc.fcos_d2_inference_contender(device, INFERENCE_DTYPE=low, CPU_BF16="always"),
         bc.detectron2_fcos_contender(device))
-    for contender in (fp32, fp32_cl, fp32_fold, tv, low_fold, d2):
+    for contender in (tv, d2):
         contender.model.eval()
-    fold_frozen_batchnorm(fp32_fold.model)
-    fold_frozen_batchnorm(low_fold.model)
     return {
         "fcos-d2 fp32": fp32.infer,
-        "fcos-d2 fp32 +CL": fp32_cl.infer,
-        "fcos-d2 fp32 +CL +fold": fp32_fold.infer,
+        "fcos-d2 fp32 FAST_INFERENCE off": plain.infer,
         "torchvision fp32": tv.infer,
         d2.name + " fp32": d2.infer,
-        f"fcos-d2 {tag} +CL +fold": low_fold.infer,
-        f"torchvision {tag}": lambda images: autocast_call(device, tv.infer, images),
+        f"fcos-d2 {low_tag(device)}": low_fast.infer,
+        f"torchvision {low_tag(device)}": lambda images: autocast_call(device, tv.infer, images),
     }
 
 
@@ -125,7 +140,7 @@ def row_inference(args) -> List[dict]:
     torch.manual_seed(0)
     contenders = inference_contenders(args.device, size(args))
     results = []
-    for batch in (1, 4):
+    for batch in args.inference_batches:
         images = bc.random_images(batch, *size(args), args.device)
         with torch.no_grad():
             fns = {name: (lambda f=f: f(images)) for name, f in contenders.items()}
@@ -161,7 +176,7 @@ def training_step(contender: bc.Contender, device: str, low: bool) -> Callable[[
 
 def row_training(args) -> List[dict]:
     torch.manual_seed(0)
-    tag = "bf16" if args.device == "cpu" else "fp16 AMP"
+    tag = low_tag(args.device)
     images = bc.random_images(2, *size(args), args.device)
     targets = bc.random_targets(2, 20, *size(args), args.device)
     d2 = lambda **fcos: bc.fcos_d2_contender(args.device, **fcos)
@@ -170,7 +185,8 @@ def row_training(args) -> List[dict]:
         "fcos-d2 fp32": training_step(d2(), args.device, False),
         "fcos-d2 fp32 +CL": training_step(d2(CHANNELS_LAST=True), args.device, False),
         "torchvision fp32": training_step(tv(), args.device, False),
-        f"fcos-d2 {tag} +CL": training_step(d2(CHANNELS_LAST=True), args.device, True),
+        f"fcos-d2 {tag} +CL": training_step(d2(CHANNELS_LAST=True, CPU_BF16="always"),
+                                            args.device, True),
         f"torchvision {tag}": training_step(tv(), args.device, True),
     }
     fns = {name: (lambda s=s: s(images, targets)) for name, s in steps.items()}
@@ -305,41 +321,66 @@ def row_onnx(args) -> List[dict]:
                 "image_size": list(size(args)), "detections": result["detections"],
                 "onnxruntime": onnxruntime.__version__}
                for name, key in (("fcos-d2 PyTorch eager fp32", "pytorch_eager"),
-                                 ("fcos-d2 onnxruntime fp32", "onnxruntime"))]
+                                 ("fcos-d2 onnxruntime fp32", "onnxruntime"),
+                                 ("fcos-d2 onnxruntime int8", "onnxruntime_int8"))]
+    results[-1]["targets"] = {"onnxruntime int8 / onnxruntime fp32 latency (target <= 0.5)":
+                              result["onnxruntime_int8"] / result["onnxruntime"]}
     print_table(f"onnx, whole R-50 FCOS, {'x'.join(map(str, size(args)))}, "
                 f"{result['detections']} detections, onnxruntime {onnxruntime.__version__}",
                 results, "fcos-d2 PyTorch eager fp32")
     return results
 
 
+def row_loader(args) -> List[dict]:
+    import benchmark_loader
+
+    return benchmark_loader.row(args.repeats)
+
+
+def row_compile(args) -> List[dict]:
+    import benchmark_compile
+
+    return benchmark_compile.row(args, interleaved_medians, training_step, size(args))
+
+
 ROWS = {"inference": row_inference, "training": row_training, "flops": row_flops,
-        "memory": row_memory, "parts": row_parts, "onnx": row_onnx}
+        "memory": row_memory, "parts": row_parts, "onnx": row_onnx, "loader": row_loader,
+        "compile": row_compile}
 
 
-def target_ratios(rows: Dict[str, List[dict]], device: str) -> Dict[str, float]:
-    """The issue's target ratios, from the rows of this run (batch 1 for inference)."""
-    tag = "bf16" if device == "cpu" else "fp16 AMP"
+def target_ratios(rows: Dict[str, List[dict]], device: str,
+                  tag: Optional[str] = None) -> Dict[str, float]:
+    """The issue's target ratios, from the rows of this run (batch 1 for inference). A
+    ratio of emulated bf16 is no result and is left out. ``tag``: the low-precision rows'
+    (default: ``low_tag(device)``)."""
+    tag = tag or low_tag(device)
     seconds = {(r["row"], r["contender"]): r["seconds"] for name in ("inference", "training")
                for r in rows.get(name, []) if r["batch"] in (1, 2)}
     inference = {c: t for (row, c), t in seconds.items() if row == "inference"}
+    measured = "emulated" not in tag
     ratios = {}
     if inference:
-        best_fp32 = min(t for c, t in inference.items() if c.startswith("fcos-d2 fp32"))
-        ratios["inference fp32 (best fcos-d2) / torchvision fp32 (target <= 0.85)"] = \
-            best_fp32 / inference["torchvision fp32"]
-        ratios[f"inference {tag} / best fcos-d2 fp32 (target <= 0.55)"] = \
-            inference[f"fcos-d2 {tag} +CL +fold"] / best_fp32
+        fp32 = inference["fcos-d2 fp32"]
+        ratios["inference fp32 as configured / torchvision fp32 (target <= 0.75)"] = \
+            fp32 / inference["torchvision fp32"]
+        if measured:
+            ratios[f"inference {tag} / fcos-d2 fp32 (target <= 0.55)"] = \
+                inference[f"fcos-d2 {tag}"] / fp32
         if rows.get("flops"):
-            ratios["inference fp32 (best fcos-d2) / conv floor (target <= 1.25)"] = \
-                best_fp32 / rows["flops"][0]["floor_seconds"]
+            ratios["inference fp32 as configured / conv floor (target <= 1.25)"] = \
+                fp32 / rows["flops"][0]["floor_seconds"]
     training = {c: t for (row, c), t in seconds.items() if row == "training"}
     if training:
         ratios["training fp32 / torchvision fp32 (target <= 0.9)"] = \
             training["fcos-d2 fp32"] / training["torchvision fp32"]
-        ratios[f"training {tag} +CL / fcos-d2 fp32 (target <= 0.7)"] = \
-            training[f"fcos-d2 {tag} +CL"] / training["fcos-d2 fp32"]
+        if measured:
+            ratios[f"training {tag} +CL / fcos-d2 fp32 (target <= 0.7)"] = \
+                training[f"fcos-d2 {tag} +CL"] / training["fcos-d2 fp32"]
+    for row in ("onnx", "loader", "compile"):
+        for result in rows.get(row, []):
+            ratios.update(result.get("targets", {}))
     if ratios:
-        print("\n[targets]")
+        print("\n[targets]" + ("" if measured else f" ({tag}: its ratios are no result, left out)"))
         for name, value in ratios.items():
             print(f"  {value:5.2f}  {name}")
     return ratios
@@ -362,6 +403,8 @@ def parse_args(argv=None):
                         help=f"comma-separated, from {list(ROWS)} (default: all)")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs after one warm-up")
     parser.add_argument("--quick", action="store_true", help="512x768 images instead of 800x1216")
+    parser.add_argument("--inference-batches", default="1,4", type=lambda text: [
+        int(x) for x in text.split(",")], help="batch sizes of the inference row (default 1,4)")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--threads", type=int, default=torch.get_num_threads(),
                         help="torch threads for every contender (default: torch's, all cores)")

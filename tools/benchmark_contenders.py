@@ -18,6 +18,7 @@ from detectron2.config import get_cfg
 from detectron2.modeling import build_model
 from detectron2.structures import Boxes, Instances
 from detectron2.utils.events import EventStorage
+from fcos_d2.modeling.fast_inference import fast_inference_enabled, inference_model
 
 REPO = Path(__file__).resolve().parents[1]
 NUM_CLASSES = 80
@@ -76,6 +77,14 @@ def _detectron2_style(name: str, model: nn.Module) -> Contender:
 def fcos_d2_contender(device: str, image_size=None, **fcos) -> Contender:
     """fcos-d2's R-50 FCOS, random weights; ``fcos``: MODEL.FCOS overrides."""
     return _detectron2_style("fcos-d2", build_model(fcos_d2_cfg(device, **fcos)).to(device))
+
+
+def fcos_d2_inference_contender(device: str, image_size=None, **fcos) -> Contender:
+    """fcos-d2's R-50 FCOS as inference runs it (``inference_model``: the folded,
+    channels_last copy unless ``FAST_INFERENCE=False``), eval mode, random weights."""
+    cfg = fcos_d2_cfg(device, **fcos)
+    model = build_model(cfg).to(device).eval()
+    return _detectron2_style("fcos-d2", inference_model(model, fast_inference_enabled(cfg)))
 
 
 def _group_norm_32(channels: int) -> nn.GroupNorm:

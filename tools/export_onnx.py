@@ -6,6 +6,8 @@ Usage:
         MODEL.WEIGHTS output/quickstart/model_final.pth
     # also a TorchScript file of the same module (needs torch + torchvision to run):
     python tools/export_onnx.py ... --torchscript fcos.pt
+    # int8 (onnxruntime static quantization), calibrated on 64 images of DATASETS.TEST:
+    python tools/export_onnx.py ... --output fcos_int8.onnx --int8 --calibration-images 64
     # the dense graph of earlier versions (no thresholds, no NMS), at a fixed size:
     python tools/export_onnx.py ... --dense --height 800 --width 1216
 
@@ -14,7 +16,9 @@ The whole graph's inputs and outputs: see fcos_d2/export/onnx_graph.py (``images
 ``classes``, ``batch_index``). The dense graph's: see fcos_d2/export/dense.py.
 """
 import argparse
+import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -28,6 +32,7 @@ from fcos_d2.checkpoint import FCOSCheckpointer  # noqa: E402
 from detectron2.config import get_cfg  # noqa: E402
 from detectron2.modeling import build_model  # noqa: E402
 from fcos_d2.export import FCOSDenseOutputs  # noqa: E402
+from fcos_d2.modeling.fast_inference import fast_inference_enabled, inference_model  # noqa: E402
 from fcos_d2.export.files import (INPUT_DTYPES, check_against_pytorch, check_sizes,  # noqa: E402
                                   export_onnx, onnxruntime_runner, torchscript_runner,
                                   trace_torchscript)
@@ -71,6 +76,42 @@ def export_whole(cfg, model, args, iterations: Optional[int]) -> bool:
     return all(line.split(", ", 1)[1].startswith("agree") for line in lines)
 
 
+def export_int8(cfg, model, args, iterations: Optional[int]) -> bool:
+    """Writes the int8 graph (fcos_d2/export/int8.py) to --output, calibrated on
+    --calibration-images images of DATASETS.TEST (or TRAIN); prints its agreement with
+    PyTorch float32 under the int8 tolerances; returns whether it agrees."""
+    from detectron2.data import DatasetCatalog
+
+    from fcos_d2.data import prepare_dataset
+    from fcos_d2.data.mapper import FCOSDatasetMapper
+    from fcos_d2.export import int8
+
+    datasets = cfg.DATASETS.TEST if args.calibration_split == "test" else cfg.DATASETS.TRAIN
+    if not datasets:
+        raise SystemExit(f"--int8: DATASETS.{args.calibration_split.upper()} is empty; "
+                         "calibration needs images")
+    prepare_dataset(datasets[0])
+    feeds = int8.calibration_inputs(DatasetCatalog.get(datasets[0]),
+                                    FCOSDatasetMapper(cfg, is_train=False), args.calibration_images)
+    with tempfile.TemporaryDirectory() as folder:
+        float_path = os.path.join(folder, "fp32.onnx")
+        export_onnx(model, float_path, opset=args.opset, input_dtype=args.input_dtype,
+                    iterations=iterations)
+        kept = int8.quantize_int8(float_path, args.output, feeds)
+    print(f"wrote {args.output} (opset {args.opset}, whole detector, int8 QDQ: "
+          f"{kept['quantized_ops']} ops of backbone, FPN and towers in int8, of them "
+          f"{kept['quantized_convs']} convs, calibrated on {len(feeds)} images of "
+          f"{datasets[0]}; kept in float32: {', '.join(kept['float_convs'])})")
+    lines = check_against_pytorch(
+        model, onnxruntime_runner(args.output), check_sizes(cfg.INPUT.MIN_SIZE_TEST),
+        args.input_dtype, score_tolerance=int8.INT8_SCORE_TOLERANCE,
+        box_tolerance=int8.INT8_BOX_TOLERANCE, score_floor=int8.INT8_SCORE_FLOOR)
+    print(f"int8 against PyTorch float32 (scores >= {int8.INT8_SCORE_FLOOR}, tolerances: score "
+          f"{int8.INT8_SCORE_TOLERANCE}, box {int8.INT8_BOX_TOLERANCE} px):")
+    print("\n".join(f"onnxruntime int8, {line}" for line in lines))
+    return all(line.startswith("agree") for line in lines)
+
+
 def argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config-file", required=True, metavar="FILE")
@@ -85,12 +126,22 @@ def argument_parser() -> argparse.ArgumentParser:
                              "thresholds or NMS) at a fixed --height x --width instead")
     parser.add_argument("--height", type=int, help="--dense only: input height")
     parser.add_argument("--width", type=int, help="--dense only: input width")
+    parser.add_argument("--int8", action="store_true",
+                        help="write the whole detector quantized to int8 (onnxruntime static "
+                             "quantization, QDQ, per-channel weights)")
+    parser.add_argument("--calibration-images", type=int, default=64, metavar="N",
+                        help="--int8: images to calibrate the activation ranges on")
+    parser.add_argument("--calibration-split", choices=("test", "train"), default="test",
+                        help="--int8: calibrate on DATASETS.TEST[0] or DATASETS.TRAIN[0]")
     parser.add_argument("opts", nargs=argparse.REMAINDER, help="config overrides, KEY VALUE")
     return parser
 
 
 def main() -> None:
     args = argument_parser().parse_args()
+    if args.int8 and (args.dense or args.torchscript):
+        raise SystemExit("--int8 writes the whole-detector ONNX graph only: drop --dense and "
+                         "--torchscript")
     if args.dense and (args.height is None or args.width is None):
         raise SystemExit("--dense needs --height and --width")
     if args.opset < 11:
@@ -104,9 +155,14 @@ def main() -> None:
     model = build_model(cfg).eval()
     checkpoint = FCOSCheckpointer.from_config(cfg, model).load(cfg.MODEL.WEIGHTS)
     iteration = checkpoint.get("iteration")  # 0-based, of the last finished iteration
+    model = inference_model(model, fast_inference_enabled(cfg))  # folded BN, channels_last
     if args.dense:
         error = export_dense(model, args.height, args.width, args.output, args.opset)
         print(f"wrote {args.output}; onnxruntime vs PyTorch: max abs difference {error:.2e}")
+    elif args.int8:
+        if not export_int8(cfg, model, args, None if iteration is None else iteration + 1):
+            raise SystemExit("the int8 detector disagrees with PyTorch beyond the int8 "
+                             "tolerances (lines marked DIFFER)")
     elif not export_whole(cfg, model, args, None if iteration is None else iteration + 1):
         raise SystemExit("the exported detector disagrees with PyTorch (lines marked DIFFER)")
 

@@ -35,6 +35,7 @@ from fcos_d2.engine.amp import cpu_autocast_dtype  # noqa: E402
 from fcos_d2.engine.heartbeat import ReportProgress  # noqa: E402
 from fcos_d2.engine.hooks import WarnOnLowDiskSpace  # noqa: E402
 from fcos_d2.engine.launch import add_launcher_arguments, launch_from_args  # noqa: E402
+from fcos_d2.modeling.fast_inference import inference_model  # noqa: E402
 from fcos_d2.engine.preemption import SaveOnPreemption  # noqa: E402
 from fcos_d2.engine.slurm import apply_slurm_environment  # noqa: E402
 
@@ -46,6 +47,9 @@ def do_test(cfg, model):
     if "evaluator" not in cfg.dataloader:
         return {}
     prepare_dataset(cfg.dataloader.evaluator.dataset_name)  # COCOEvaluator reads its json
+    # a folded, channels_last copy unless train.fast_inference is False (as
+    # MODEL.FCOS.FAST_INFERENCE in the yaml configs; fcos_d2.modeling.fast_inference)
+    model = inference_model(model, cfg.train.get("fast_inference", True))
     results = inference_on_dataset(model, instantiate(cfg.dataloader.test),
                                    instantiate(cfg.dataloader.evaluator))
     if comm.is_main_process():

@@ -11,13 +11,14 @@ import torch
 from torch import Tensor
 
 from ..modeling.meta_arch import FCOS
+from . import matching
 from .onnx_graph import INPUT_NAMES, OUTPUT_NAMES, FCOSDetectorGraph, split_by_image
 
 INPUT_DTYPES = {"float32": torch.float32, "uint8": torch.uint8}
 # Tolerances of the agreement check (and of the tests): scores, box coordinates in pixels.
 SCORE_TOLERANCE, BOX_TOLERANCE = 1e-4, 0.01
 
-Detections = Tuple[np.ndarray, np.ndarray, np.ndarray]  # boxes (D, 4), scores (D,), classes (D,)
+Detections = matching.Detections  # boxes (D, 4), scores (D,), classes (D,)
 
 
 def pad_batch(images: Sequence[Tensor]) -> Tuple[Tensor, Tensor]:
@@ -110,25 +111,36 @@ def pytorch_detections(model: FCOS, images: Sequence[Tensor]) -> List[Detections
             for r in (o["instances"].to("cpu") for o in outputs)]
 
 
-def compare(expected: Sequence[Detections], got: Sequence[Detections]) -> Dict[str, object]:
-    """How far two runs' detections of the same images are apart.
+def compare(expected: Sequence[Detections], got: Sequence[Detections],
+            max_detections: Optional[int] = None, *, score_tolerance: float = SCORE_TOLERANCE,
+            box_tolerance: float = BOX_TOLERANCE,
+            score_floor: Optional[float] = None) -> Dict[str, object]:
+    """How far two runs' detections of the same images are apart, compared as sets
+    (``fcos_d2.export.matching``): matched by class, score and box, in any order, with
+    candidates tied at the ``max_detections`` cap interchangeable.
 
     Returns:
-        "counts": [(expected, got)] per image; "same": equal counts and classes in the same
-        order, scores within SCORE_TOLERANCE and boxes within BOX_TOLERANCE pixels;
-        "score_diff", "box_diff": the largest differences over images with equal counts.
+        "same": every detection has a partner (or is such a tie); "counts": [(expected,
+        got)] per image; "swapped_at_cap", "unmatched": per image; "score_diff",
+        "box_diff": the largest differences between matched detections.
     """
-    counts = [(len(e[1]), len(g[1])) for e, g in zip(expected, got)]
-    score_diff = box_diff = 0.0
-    same = all(a == b for a, b in counts)
-    for (e_boxes, e_scores, e_classes), (g_boxes, g_scores, g_classes) in zip(expected, got):
-        if len(e_scores) != len(g_scores) or not len(e_scores):
-            continue
-        same &= bool((np.asarray(e_classes) == np.asarray(g_classes)).all())
-        score_diff = max(score_diff, float(np.abs(np.asarray(e_scores) - g_scores).max()))
-        box_diff = max(box_diff, float(np.abs(np.asarray(e_boxes) - g_boxes).max()))
-    same &= score_diff <= SCORE_TOLERANCE and box_diff <= BOX_TOLERANCE
-    return {"counts": counts, "same": same, "score_diff": score_diff, "box_diff": box_diff}
+    return matching.compare(expected, got, score_tolerance=score_tolerance,
+                            box_tolerance=box_tolerance, max_detections=max_detections,
+                            score_floor=score_floor)
+
+
+def agreement_line(result: Dict[str, object], size: Tuple[int, int]) -> str:
+    """One image's result of :func:`compare` in one line, starting "agree" or "DIFFER"."""
+    (expected_count, got_count), = result["counts"]
+    (swapped,), ((lost, extra),) = result["swapped_at_cap"], result["unmatched"]
+    line = (f"{'agree' if result['same'] else 'DIFFER'} at {size[0]}x{size[1]}: "
+            f"{expected_count} detections in PyTorch, {got_count} here")
+    if swapped:
+        line += f" ({swapped} tied at the {expected_count}-detection cap kept in another choice)"
+    if lost or extra:
+        line += f"; without a match: {lost} of PyTorch's, {extra} of these"
+    return (line + f"; largest differences of matched ones: score {result['score_diff']:.1e}, "
+            f"box {result['box_diff']:.1e} px")
 
 
 def check_sizes(min_size: int) -> List[Tuple[int, int]]:
@@ -139,9 +151,11 @@ def check_sizes(min_size: int) -> List[Tuple[int, int]]:
 
 
 def check_against_pytorch(model: FCOS, run: Callable, sizes: Sequence[Tuple[int, int]],
-                          input_dtype: str = "float32", seed: int = 0) -> List[str]:
+                          input_dtype: str = "float32", seed: int = 0,
+                          **tolerances: float) -> List[str]:
     """Runs ``run`` (see :func:`onnxruntime_runner`) and PyTorch on one random image of each
-    size; returns a line of agreement per size, each starting with "agree" or "DIFFER"."""
+    size; returns a line of agreement per size, each starting with "agree" or "DIFFER".
+    ``tolerances``: ``score_tolerance``, ``box_tolerance``, ``score_floor`` of :func:`compare`."""
     generator = torch.Generator().manual_seed(seed)
     lines = []
     for height, width in sizes:
@@ -149,10 +163,7 @@ def check_against_pytorch(model: FCOS, run: Callable, sizes: Sequence[Tuple[int,
         image = image.to(INPUT_DTYPES[input_dtype])
         images, image_sizes = pad_batch([image])
         got = split_by_image(list(run(images.numpy(), image_sizes.numpy())), 1)
-        result = compare(pytorch_detections(model, [image.float()]), got)
-        (expected_count, got_count), = result["counts"]
-        lines.append(f"{'agree' if result['same'] else 'DIFFER'} at {height}x{width}: "
-                     f"{expected_count} detections in PyTorch, {got_count} here; largest "
-                     f"differences: score {result['score_diff']:.1e}, box "
-                     f"{result['box_diff']:.1e} px")
+        result = compare(pytorch_detections(model, [image.float()]), got,
+                         model.max_detections_per_image, **tolerances)
+        lines.append(agreement_line(result, (height, width)))
     return lines

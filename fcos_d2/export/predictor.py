@@ -19,6 +19,7 @@ from detectron2.structures import Instances
 
 from ..checkpoint import FCOSCheckpointer
 from ..data.images import read_image
+from ..modeling.fast_inference import fast_inference_enabled, inference_model
 
 
 class Predictor:
@@ -40,8 +41,10 @@ class Predictor:
             raise ValueError("Predictor: MODEL.WEIGHTS is empty; set it to trained weights "
                              "(e.g. output/quickstart/model_final.pth)")
         self.input_format = cfg.INPUT.FORMAT
-        self.model = build_model(cfg).eval()
-        FCOSCheckpointer.from_config(cfg, self.model).load(cfg.MODEL.WEIGHTS)
+        model = build_model(cfg).eval()
+        FCOSCheckpointer.from_config(cfg, model).load(cfg.MODEL.WEIGHTS)
+        # MODEL.FCOS.FAST_INFERENCE: folded BN, channels_last (fcos_d2.modeling.fast_inference)
+        self.model = inference_model(model, fast_inference_enabled(cfg)).eval()
         self.resize = T.ResizeShortestEdge([cfg.INPUT.MIN_SIZE_TEST] * 2, cfg.INPUT.MAX_SIZE_TEST)
 
     def __call__(self, image: Union[str, os.PathLike, np.ndarray]) -> Instances:

@@ -3,12 +3,14 @@ meta-architecture, the proposal generator and test-time augmentation. Importing 
 registers the backbone, the meta-architectures "FCOS" and "SipMask" (``sipmask/``) and the
 proposal generator "FCOS"."""
 from .backbone import build_fcos_resnet_fpn_backbone
-from .fold import fold_frozen_batchnorm
+from .fast_inference import inference_model
+from .fold import fold_batchnorm, fold_frozen_batchnorm
 from .head import FCOSHead
 from .meta_arch import FCOS
 from .proposal_generator import FCOSProposalGenerator
 from .sipmask import SipMask, SipMaskHead
 from .test_time_augmentation import FCOSWithTTA
 
-__all__ = ["build_fcos_resnet_fpn_backbone", "fold_frozen_batchnorm", "FCOSHead", "FCOS",
-           "FCOSProposalGenerator", "FCOSWithTTA", "SipMask", "SipMaskHead"]
+__all__ = ["build_fcos_resnet_fpn_backbone", "fold_batchnorm", "fold_frozen_batchnorm",
+           "inference_model", "FCOSHead", "FCOS", "FCOSProposalGenerator", "FCOSWithTTA",
+           "SipMask", "SipMaskHead"]

@@ -104,6 +104,15 @@ def select_level_candidates_with_locations(
     return boxes, scores, classes, location_idx
 
 
+def ties_in_candidate_order(scores: Tensor, index: Tensor) -> Tensor:
+    """The order of the (D,) detections ``index`` (candidate numbers) with ``scores``: best
+    first and, among equal scores, in candidate order (level, then location, then class),
+    the order in which the exported graph's TopK keeps them. NMS alone leaves ties in any
+    order, so that the cap could keep another of them than the graph."""
+    by_candidate = index.argsort()
+    return by_candidate[scores[by_candidate].argsort(descending=True, stable=True)]
+
+
 def postprocess_image(
     logits: List[Tensor],
     ltrb: List[Tensor],
@@ -157,7 +166,8 @@ def postprocess_image_with_locations(
     boxes = Boxes(boxes)
     boxes.clip(image_size)
     scores = torch.sqrt(scores)
-    keep = batched_nms(boxes.tensor, scores, classes, nms_thresh)[:max_detections]
+    keep = batched_nms(boxes.tensor, scores, classes, nms_thresh)
+    keep = keep[ties_in_candidate_order(scores[keep], keep)][:max_detections]
     result = Instances(image_size)
     result.pred_boxes = boxes[keep]
     result.scores = scores[keep]
