@@ -36,6 +36,8 @@ def add_fcos_config(cfg: CN) -> None:
     """Adds the ``MODEL.FCOS`` node (and ``add_checkpoint_config``'s keys) to ``cfg`` in
     place. Safe to call twice."""
     add_checkpoint_config(cfg)
+    from .modeling.sipmask.config import add_sipmask_config  # (not at import: no cycle)
+    add_sipmask_config(cfg)
     if "FCOS" in cfg.MODEL:
         return
     cfg.MODEL.FCOS = _C = CN()

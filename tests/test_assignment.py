@@ -71,3 +71,17 @@ def test_image_without_boxes_is_all_background():
 def test_normalized_targets_are_in_stride_units():
     _, targets = _assign([[[30, 20]]], [[10, 10, 50, 40]], [2], strides=(16,), norm=True)
     assert targets[0].tolist() == [20 / 16, 10 / 16, 20 / 16, 20 / 16]
+
+
+def test_matches_name_the_box_each_positive_was_assigned_and_minus_one_for_background():
+    from fcos_d2.modeling.assignment import assign_targets_with_matches
+
+    # (30, 20) lies in both boxes and takes the smaller (index 1); the others in box 0 only.
+    boxes = torch.tensor([[0.0, 0.0, 100.0, 100.0], [10.0, 10.0, 50.0, 40.0]])
+    labels, _, matched = assign_targets_with_matches(
+        [torch.tensor([[30.0, 20.0], [5.0, 5.0], [80.0, 80.0]])], [boxes, boxes[:0]],
+        [torch.tensor([3, 2]), torch.tensor([], dtype=torch.int64)], strides=(8,),
+        size_ranges=((-1, math.inf),), center_sampling_radius=0.0, num_classes=BG,
+        norm_reg_targets=False)
+    assert labels.tolist() == [[2, 3, 3], [BG, BG, BG]]
+    assert matched.tolist() == [[1, 0, 0], [-1, -1, -1]]

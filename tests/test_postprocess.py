@@ -80,3 +80,21 @@ def test_threshold_on_final_score_uses_sqrt_of_probability_times_centerness():
     _, _, classes = select_level_candidates(
         logits, torch.ones(1, 4), ctr, torch.tensor([[8.0, 8.0]]), score_thresh=0.2, topk=10)
     assert classes.tolist() == [0, 1]
+
+
+def test_detections_name_their_location_among_all_levels():
+    from fcos_d2.modeling.postprocess import postprocess_image_with_locations
+
+    # Level 0 has 2 locations, level 1 has 3: a detection at level 1's third location is
+    # location 2 + 2 = 4 of the image.
+    logits = [torch.tensor([[-20.0], [_logit(0.6)]]),
+              torch.tensor([[-20.0], [-20.0], [_logit(0.9)]])]
+    ltrb = [torch.full((2, 4), 5.0), torch.full((3, 4), 5.0)]
+    ctr = [torch.zeros(2), torch.zeros(3)]
+    locations = [torch.tensor([[10.0, 10.0], [40.0, 10.0]]),
+                 torch.tensor([[10.0, 60.0], [40.0, 60.0], [80.0, 80.0]])]
+    result, location_idx = postprocess_image_with_locations(
+        logits, ltrb, ctr, locations, (100, 100), score_thresh=0.05, topk_candidates=10,
+        nms_thresh=0.6, max_detections=10)
+    assert result.pred_boxes.tensor.tolist() == [[75, 75, 85, 85], [35, 5, 45, 15]]
+    assert location_idx.tolist() == [4, 1]

@@ -45,7 +45,6 @@ def level_size_ranges(sizes_of_interest: Sequence[float]) -> List[Tuple[float, f
     return list(zip(bounds[:-1], bounds[1:]))
 
 
-@torch.no_grad()
 def assign_targets(
     locations: List[Tensor],
     gt_boxes: List[Tensor],
@@ -57,7 +56,29 @@ def assign_targets(
     num_classes: int,
     norm_reg_targets: bool,
 ) -> Tuple[Tensor, Tensor]:
-    """Assigns each location of each image a class and an (l, t, r, b) regression target.
+    """Assigns each location of each image a class and an (l, t, r, b) regression target:
+    :func:`assign_targets_with_matches` without the matched boxes."""
+    labels, reg_targets, _ = assign_targets_with_matches(
+        locations, gt_boxes, gt_classes, strides=strides, size_ranges=size_ranges,
+        center_sampling_radius=center_sampling_radius, num_classes=num_classes,
+        norm_reg_targets=norm_reg_targets)
+    return labels, reg_targets
+
+
+@torch.no_grad()
+def assign_targets_with_matches(
+    locations: List[Tensor],
+    gt_boxes: List[Tensor],
+    gt_classes: List[Tensor],
+    *,
+    strides: Sequence[int],
+    size_ranges: Sequence[Tuple[float, float]],
+    center_sampling_radius: float,
+    num_classes: int,
+    norm_reg_targets: bool,
+) -> Tuple[Tensor, Tensor, Tensor]:
+    """Assigns each location of each image a class, an (l, t, r, b) regression target and
+    the ground-truth box they come from.
 
     A location is a candidate for a box when it lies strictly inside the box (or, with
     center sampling, inside the square of half-side ``radius * stride`` around the box
@@ -75,7 +96,9 @@ def assign_targets(
         norm_reg_targets: divide the regression targets by the level's stride.
 
     Returns:
-        labels (N, R) int64 in [0, K]; reg_targets (N, R, 4) float, (l, t, r, b).
+        labels (N, R) int64 in [0, K]; reg_targets (N, R, 4) float, (l, t, r, b);
+        matched (N, R) int64, the index of the box in its image's ``gt_boxes``, -1 where
+        the label is background.
     """
     if len(strides) != len(locations) or len(size_ranges) != len(locations):
         raise ValueError(f"{len(locations)} levels, but {len(strides)} strides and "
@@ -84,22 +107,23 @@ def assign_targets(
     per_level = torch.tensor([len(loc) for loc in locations], device=points.device)
     point_strides = points.new_tensor(strides).repeat_interleave(per_level)  # (R,)
     point_ranges = points.new_tensor(size_ranges).repeat_interleave(per_level, dim=0)  # (R, 2)
-    labels, targets = [], []
+    labels, targets, matches = [], [], []
     for boxes, classes in zip(gt_boxes, gt_classes):
-        image_labels, image_targets = _assign_image(
+        image_labels, image_targets, image_matches = _assign_image(
             points, point_strides, point_ranges, boxes.to(points), classes,
             center_sampling_radius, num_classes)
         if norm_reg_targets:
             image_targets = image_targets / point_strides[:, None]
         labels.append(image_labels)
         targets.append(image_targets)
-    return torch.stack(labels), torch.stack(targets)
+        matches.append(image_matches)
+    return torch.stack(labels), torch.stack(targets), torch.stack(matches)
 
 
 def _assign_image(
     points: Tensor, strides: Tensor, ranges: Tensor, boxes: Tensor, classes: Tensor,
     radius: float, num_classes: int,
-) -> Tuple[Tensor, Tensor]:
+) -> Tuple[Tensor, Tensor, Tensor]:
     """Targets of one image; shapes as in :func:`assign_targets`, for (R,) locations.
 
     Works on (R, M) matrices one side at a time; the (l, t, r, b) of only the matched box
@@ -108,7 +132,8 @@ def _assign_image(
     num_points = len(points)
     if len(boxes) == 0:
         return (torch.full((num_points,), num_classes, dtype=torch.int64, device=points.device),
-                points.new_zeros((num_points, 4)))
+                points.new_zeros((num_points, 4)),
+                torch.full((num_points,), -1, dtype=torch.int64, device=points.device))
     x, y = points[:, 0:1], points[:, 1:2]  # (R, 1)
     x0, y0, x1, y1 = boxes.unbind(dim=1)  # (M,) each
     left, top, right, bottom = x - x0, y - y0, x1 - x, y1 - y  # (R, M) each
@@ -129,4 +154,4 @@ def _assign_image(
     box = boxes[matched]  # (R, 4)
     targets = torch.stack([points[:, 0] - box[:, 0], points[:, 1] - box[:, 1],
                            box[:, 2] - points[:, 0], box[:, 3] - points[:, 1]], dim=1)
-    return labels, targets
+    return labels, targets, matched.masked_fill(min_area == INF, -1)

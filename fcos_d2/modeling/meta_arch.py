@@ -20,11 +20,11 @@ from detectron2.modeling.postprocessing import detector_postprocess
 from detectron2.structures import ImageList, Instances
 from torch import Tensor, nn
 
-from .assignment import assign_targets, compute_locations, level_size_ranges
+from .assignment import assign_targets_with_matches, compute_locations, level_size_ranges
 from .head import FCOSHead
 from .losses import (LOC_LOSS_TYPES, LOC_LOSS_WEIGHTINGS, LOSS_NORMALIZERS, EMANormaliser,
                      fcos_losses)
-from .postprocess import THRESHOLD_ON, postprocess_image
+from .postprocess import THRESHOLD_ON, postprocess_image_with_locations
 
 # MODEL.FCOS.INFERENCE_DTYPE: the autocast precision of backbone and head at inference.
 INFERENCE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16,
@@ -114,7 +114,8 @@ class FCOSBase(nn.Module):
         fcos = cfg.MODEL.FCOS
         return {
             "input_shape": input_shape,
-            "head": FCOSHead(cfg, [input_shape[f] for f in fcos.IN_FEATURES if f in input_shape]),
+            "head": cls.build_head(cfg, [input_shape[f] for f in fcos.IN_FEATURES
+                                         if f in input_shape]),
             "head_in_features": fcos.IN_FEATURES,
             "num_classes": fcos.NUM_CLASSES,
             "sizes_of_interest": fcos.SIZES_OF_INTEREST,
@@ -137,6 +138,11 @@ class FCOSBase(nn.Module):
             "channels_last": fcos.CHANNELS_LAST,
         }
 
+    @classmethod
+    def build_head(cls, cfg, input_shape: List[ShapeSpec]) -> nn.Module:
+        """The head on the features ``input_shape`` (models built on FCOS return theirs)."""
+        return FCOSHead(cfg, input_shape)
+
     def regression_in_pixels(self, regression: List[Tensor]) -> List[Tensor]:
         """The head's per-level (l, t, r, b) in pixels (it predicts stride units when
         ``norm_reg_targets``)."""
@@ -147,11 +153,22 @@ class FCOSBase(nn.Module):
     def losses(self, locations: List[Tensor], instances: List[Instances], logits: List[Tensor],
                regression: List[Tensor], centerness: List[Tensor]) -> Dict[str, Tensor]:
         """Training targets for the batch, then the three losses."""
-        labels, reg_targets = assign_targets(
+        labels, reg_targets, _ = self.targets(locations, instances)
+        return self.box_losses(labels, reg_targets, logits, regression, centerness)
+
+    def targets(self, locations: List[Tensor],
+                instances: List[Instances]) -> Tuple[Tensor, Tensor, Tensor]:
+        """labels (N, R), regression targets (N, R, 4) and matched box indices (N, R) of
+        the batch (``assign_targets_with_matches``)."""
+        return assign_targets_with_matches(
             locations, [x.gt_boxes.tensor for x in instances], [x.gt_classes for x in instances],
             strides=self.strides, size_ranges=self.size_ranges,
             center_sampling_radius=self.center_sampling_radius, num_classes=self.num_classes,
-            norm_reg_targets=self.norm_reg_targets)  # (N, R), (N, R, 4)
+            norm_reg_targets=self.norm_reg_targets)
+
+    def box_losses(self, labels: Tensor, reg_targets: Tensor, logits: List[Tensor],
+                   regression: List[Tensor], centerness: List[Tensor]) -> Dict[str, Tensor]:
+        """The three FCOS losses for given targets (shapes as :meth:`targets` returns)."""
         return fcos_losses(
             logits=_flatten_levels(logits), reg_pred=_flatten_levels(regression),
             ctr_logits=_flatten_levels(centerness)[..., 0], labels=labels,
@@ -175,13 +192,25 @@ class FCOSBase(nn.Module):
         """``postprocess_image`` on every image with these thresholds; per level ``logits``
         (N, K', Hi, Wi) may have any K' (the proposal generator passes K' = 1). Computed in
         float32 whatever precision the head ran in."""
+        return [result for result, _ in self.select_with_locations(
+            locations, image_sizes, logits, regression, centerness, score_thresh=score_thresh,
+            topk_candidates=topk_candidates, nms_thresh=nms_thresh,
+            max_detections=max_detections)]
+
+    def select_with_locations(
+        self, locations: List[Tensor], image_sizes: List[Tuple[int, int]],
+        logits: List[Tensor], regression: List[Tensor], centerness: List[Tensor], *,
+        score_thresh: float, topk_candidates: int, nms_thresh: float, max_detections: int,
+    ) -> List[Tuple[Instances, Tensor]]:
+        """:meth:`select`, with each detection's location index (D,) among the R locations
+        of all levels (``postprocess_image_with_locations``)."""
         logits, regression, centerness = ([x.float() for x in outputs]
                                           for outputs in (logits, regression, centerness))
         regression = self.regression_in_pixels(regression)
         per_level = lambda outputs: [x.flatten(2).transpose(1, 2) for x in outputs]  # (N, HiWi, C)
         logits, regression, centerness = map(per_level, (logits, regression, centerness))
         return [
-            postprocess_image(
+            postprocess_image_with_locations(
                 [x[i] for x in logits], [x[i] for x in regression],
                 [x[i, :, 0] for x in centerness], locations, image_size,
                 score_thresh=score_thresh, topk_candidates=topk_candidates,

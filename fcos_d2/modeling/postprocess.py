@@ -3,6 +3,7 @@
 Symbols: K foreground classes; for one image and level i, Ri = Hi * Wi locations;
 C candidates (location, class) that pass the score threshold; D final detections.
 """
+import itertools
 from typing import List, Tuple
 
 import torch
@@ -55,6 +56,23 @@ def select_level_candidates(
     topk: int,
     threshold_on: str = "probability",
 ) -> Tuple[Tensor, Tensor, Tensor]:
+    """Candidates of one level of one image: :func:`select_level_candidates_with_locations`
+    without the location indices."""
+    return select_level_candidates_with_locations(
+        logits, ltrb, ctr_logits, locations, score_thresh=score_thresh, topk=topk,
+        threshold_on=threshold_on)[:3]
+
+
+def select_level_candidates_with_locations(
+    logits: Tensor,
+    ltrb: Tensor,
+    ctr_logits: Tensor,
+    locations: Tensor,
+    *,
+    score_thresh: float,
+    topk: int,
+    threshold_on: str = "probability",
+) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     """Candidates of one level of one image.
 
     A (location, class) pair is a candidate when its class probability exceeds
@@ -72,7 +90,8 @@ def select_level_candidates(
         threshold_on: "probability" or "final_score".
 
     Returns:
-        boxes (C, 4) XYXY, scores (C,) = probability * centerness, classes (C,).
+        boxes (C, 4) XYXY, scores (C,) = probability * centerness, classes (C,), and the
+        index in [0, Ri) of each candidate's location (C,).
     """
     scores, candidates = candidate_scores(logits, ctr_logits, score_thresh=score_thresh,
                                           threshold_on=threshold_on)  # (Ri, K) each
@@ -82,7 +101,7 @@ def select_level_candidates(
         scores, keep = scores.topk(topk, sorted=False)
         location_idx, classes = location_idx[keep], classes[keep]
     boxes = decode_boxes(locations[location_idx], ltrb[location_idx])
-    return boxes, scores, classes
+    return boxes, scores, classes, location_idx
 
 
 def postprocess_image(
@@ -105,12 +124,36 @@ def postprocess_image(
     centerness); NMS is class-wise; the ``max_detections`` best are kept, best first.
     ``score_thresh`` applies to what ``threshold_on`` says.
     """
+    return postprocess_image_with_locations(
+        logits, ltrb, ctr_logits, locations, image_size, score_thresh=score_thresh,
+        topk_candidates=topk_candidates, nms_thresh=nms_thresh, max_detections=max_detections,
+        threshold_on=threshold_on)[0]
+
+
+def postprocess_image_with_locations(
+    logits: List[Tensor],
+    ltrb: List[Tensor],
+    ctr_logits: List[Tensor],
+    locations: List[Tensor],
+    image_size: Tuple[int, int],
+    *,
+    score_thresh: float,
+    topk_candidates: int,
+    nms_thresh: float,
+    max_detections: int,
+    threshold_on: str = "probability",
+) -> Tuple[Instances, Tensor]:
+    """:func:`postprocess_image`, and for each detection (D,) the index of its location
+    among the image's locations of all levels (R, in the order of ``locations``), so that
+    per-location outputs of other branches (SipMask's coefficients) can be gathered."""
     per_level = [
-        select_level_candidates(*level, score_thresh=score_thresh, topk=topk_candidates,
-                                threshold_on=threshold_on)
+        select_level_candidates_with_locations(
+            *level, score_thresh=score_thresh, topk=topk_candidates, threshold_on=threshold_on)
         for level in zip(logits, ltrb, ctr_logits, locations)
     ]
-    boxes, scores, classes = (torch.cat(parts) for parts in zip(*per_level))
+    offsets = list(itertools.accumulate([0] + [len(x) for x in locations[:-1]]))
+    boxes, scores, classes, location_idx = (torch.cat(parts) for parts in zip(*[
+        (*level[:3], level[3] + offset) for level, offset in zip(per_level, offsets)]))
     boxes = Boxes(boxes)
     boxes.clip(image_size)
     scores = torch.sqrt(scores)
@@ -119,4 +162,4 @@ def postprocess_image(
     result.pred_boxes = boxes[keep]
     result.scores = scores[keep]
     result.pred_classes = classes[keep]
-    return result
+    return result, location_idx[keep]

@@ -1,0 +1,33 @@
+"""``add_sipmask_config``: the ``MODEL.SIPMASK`` node (called by ``add_fcos_config``).
+
+SipMask also reads ``MODEL.FCOS`` (head, assignment, box losses, detections) and needs
+``MODEL.MASK_ON True`` (the data mapper then loads ``gt_masks``; the evaluator scores
+``segm``). Defaults are SipMask-benchmark's.
+"""
+from detectron2.config import CfgNode as CN
+
+
+def add_sipmask_config(cfg: CN) -> None:
+    """Adds the ``MODEL.SIPMASK`` node to ``cfg`` in place. Safe to call twice."""
+    if "SIPMASK" in cfg.MODEL:
+        return
+    cfg.MODEL.SIPMASK = _C = CN()
+    # Basis masks B; each location predicts 4 x B spatial coefficients, one set per 2 x 2
+    # cell of its box.
+    _C.NUM_BASIS = 32
+    # The basis masks are built from the box-tower outputs of this many finest head levels
+    # (SipMask: P3-P5), upsampled to the finest and concatenated.
+    _C.BASIS_LEVELS = 3
+    # Channels of the 1x1 conv that fuses them (SipMask: 512 for a 256-channel head).
+    _C.BASIS_HIDDEN_CHANNELS = 512
+    # Deformable groups of the feature-alignment conv (offsets from the box distances).
+    _C.FEATURE_ALIGN_GROUPS = 4
+    # Sampling of the mask loss: NMS at this IoU over the positives' predicted boxes, so
+    # that near-duplicate positives of one object count once.
+    _C.MASK_SAMPLE_NMS_TH = 0.9
+    # Multiplies the mask loss (SipMask: 1).
+    _C.MASK_LOSS_WEIGHT = 1.0
+    # A pixel belongs to a predicted mask when its probability, resized to the original
+    # image, exceeds this (0.5 as detectron2's detector_postprocess; SipMask-benchmark's
+    # evaluation uses 0.4, which configs/SipMask/ set to reproduce its numbers).
+    _C.MASK_THRESHOLD = 0.5

@@ -1,0 +1,138 @@
+"""SipMaskHead: the FCOS head with SipMask's feature alignment, spatial coefficients and
+basis masks (Cao et al., ECCV 2020; layout of the public SipMask-benchmark).
+
+Symbols: N images, L levels, Hi x Wi the size of level i, K classes, C channels, B basis
+masks (32), Hm x Wm the basis-mask size (the padded input at stride 2 when level 0 has
+stride 8).
+
+Per level, as in SipMask-benchmark:
+- the box tower has NUM_CONVS convs, the classification tower one fewer;
+- ``feat_align``: a 3x3 deformable conv (4 deformable groups) on the classification
+  tower's output, whose offsets are a 1x1 conv (no bias, zero init) of the detached box
+  regression (l, t, r, b) -> GroupNorm(32) -> ReLU; class logits and coefficients are
+  predicted from it;
+- ``sip_cof``: 4 x B spatial coefficients per location, one set per 2 x 2 cell of the
+  box, in the order of ``crop_split.QUADRANTS``.
+Once per image: the box-tower outputs of the BASIS_LEVELS finest levels, upsampled to the
+finest level's size and concatenated -> ``sip_mask_lat0`` (1x1, hidden channels) -> ReLU
+-> ``sip_mask_lat`` (3x3, B) -> ReLU -> bilinear x4: the B basis masks.
+"""
+from typing import List, Tuple
+
+import torch
+from detectron2.config import configurable
+from detectron2.layers import ShapeSpec
+from torch import Tensor, nn
+from torch.nn import functional as F
+from torchvision.ops import deform_conv2d
+
+from ..head import _ACTIVATIONS, FCOSHead, _tower
+
+
+class FeatureAlign(nn.Module):
+    """A deformable 3x3 conv whose offsets come from a 1x1 conv of the (detached) box
+    distances, then GroupNorm and ReLU. Parameters named as SipMask's ``FeatureAlign``
+    (``conv_offset``, ``conv_adaption``, ``norm``); runs on torchvision's deform_conv2d."""
+
+    def __init__(self, channels: int, *, deform_groups: int = 4, kernel_size: int = 3):
+        super().__init__()
+        if channels % deform_groups:
+            raise ValueError(f"MODEL.SIPMASK.FEATURE_ALIGN_GROUPS: {deform_groups} does not "
+                             f"divide the head's {channels} channels")
+        self.conv_offset = nn.Conv2d(4, deform_groups * 2 * kernel_size ** 2, 1, bias=False)
+        # A plain conv's parameters, applied as a deformable conv in forward.
+        self.conv_adaption = nn.Conv2d(channels, channels, kernel_size,
+                                       padding=(kernel_size - 1) // 2)
+        self.norm = nn.GroupNorm(32, channels)
+        nn.init.zeros_(self.conv_offset.weight)  # starts as a regular conv
+        nn.init.normal_(self.conv_adaption.weight, std=0.01)
+        nn.init.zeros_(self.conv_adaption.bias)
+
+    def forward(self, x: Tensor, ltrb: Tensor) -> Tensor:
+        """x: (N, C, Hi, Wi); ltrb: (N, 4, Hi, Wi) box distances -> (N, C, Hi, Wi)."""
+        offset = self.conv_offset(ltrb.detach())  # (N, G * 2 * k * k, Hi, Wi), (dy, dx) pairs
+        conv = self.conv_adaption
+        # float32 whatever the autocast precision: torchvision's CPU kernel has no bf16.
+        x = deform_conv2d(x.float(), offset.float(), conv.weight.float(), conv.bias.float(),
+                          padding=conv.padding)
+        return F.relu(self.norm(x))
+
+
+class SipMaskHead(FCOSHead):
+    """FCOSHead (towers, box regression, centerness, per-level scales) plus feature
+    alignment, spatial coefficients and basis masks; see the module docstring.
+
+    Output: the FCOSHead outputs (logits, regression, centerness per level; logits now
+    from the aligned features), coefficients per level (N, 4 * B, Hi, Wi), and basis masks
+    (N, B, Hm, Wm), logits (before any sigmoid; the ReLU makes them non-negative).
+    """
+
+    @configurable
+    def __init__(self, *, input_shape: List[ShapeSpec], num_basis: int = 32,
+                 basis_levels: int = 3, basis_hidden_channels: int = 512,
+                 feature_align_groups: int = 4, **fcos_options):
+        """``fcos_options``: FCOSHead's keyword arguments."""
+        super().__init__(input_shape=input_shape, **fcos_options)
+        if not 1 <= basis_levels <= len(input_shape):
+            raise ValueError(f"MODEL.SIPMASK.BASIS_LEVELS: {basis_levels} must lie in "
+                             f"[1, {len(input_shape)}] (the head's levels)")
+        for key, value in (("NUM_BASIS", num_basis),
+                           ("BASIS_HIDDEN_CHANNELS", basis_hidden_channels)):
+            if value < 1:
+                raise ValueError(f"MODEL.SIPMASK.{key}: must be >= 1, got {value}")
+        channels = input_shape[0].channels
+        # SipMask's classification tower has one conv fewer than the box tower (one ReLU
+        # per conv there); FCOSHead built both with NUM_CONVS.
+        num_convs = len([m for m in self.bbox_tower if isinstance(m, nn.ReLU)])
+        self.cls_tower = _tower(channels, num_convs - 1, fcos_options.get("norm", "GN"), False)
+        for module in self.cls_tower.modules():
+            if isinstance(module, nn.Conv2d):
+                nn.init.normal_(module.weight, std=0.01)
+                nn.init.zeros_(module.bias)
+        self.num_basis, self.basis_levels = num_basis, basis_levels
+        self.feat_align = FeatureAlign(channels, deform_groups=feature_align_groups)
+        # PyTorch's default init for these three, as SipMask-benchmark.
+        self.sip_cof = nn.Conv2d(channels, 4 * num_basis, 3, padding=1)
+        self.sip_mask_lat0 = nn.Conv2d(channels * basis_levels, basis_hidden_channels, 1)
+        self.sip_mask_lat = nn.Conv2d(basis_hidden_channels, num_basis, 3, padding=1)
+
+    @classmethod
+    def from_config(cls, cfg, input_shape: List[ShapeSpec]):
+        sipmask = cfg.MODEL.SIPMASK
+        return {
+            **super().from_config(cfg, input_shape),
+            "num_basis": sipmask.NUM_BASIS,
+            "basis_levels": sipmask.BASIS_LEVELS,
+            "basis_hidden_channels": sipmask.BASIS_HIDDEN_CHANNELS,
+            "feature_align_groups": sipmask.FEATURE_ALIGN_GROUPS,
+        }
+
+    def forward(self, features: List[Tensor]) -> Tuple[List[Tensor], List[Tensor], List[Tensor],
+                                                       List[Tensor], Tensor]:
+        """features: per level (N, C, Hi, Wi) -> (logits, regression, centerness,
+        coefficients, basis masks)."""
+        logits, regression, centerness, coefficients, basis_inputs = [], [], [], [], []
+        for level, (feature, scale) in enumerate(zip(features, self.scales)):
+            feature = self.share_tower(feature)
+            cls_feature = self.cls_tower(feature)
+            box_feature = self.bbox_tower(feature)
+            ltrb = _ACTIVATIONS[self.reg_activation](scale(self.bbox_pred(box_feature)))
+            regression.append(ltrb)
+            ctr_feature = box_feature if self.centerness_on_reg else cls_feature
+            centerness.append(self.centerness(ctr_feature))
+            aligned = self.feat_align(cls_feature, ltrb)
+            logits.append(self.cls_logits(aligned))
+            coefficients.append(self.sip_cof(aligned))
+            if level < self.basis_levels:
+                basis_inputs.append(box_feature)
+        return logits, regression, centerness, coefficients, self.basis_masks(basis_inputs)
+
+    def basis_masks(self, box_features: List[Tensor]) -> Tensor:
+        """Box-tower outputs of the finest levels (N, C, Hi, Wi) -> (N, B, 4 H0, 4 W0)."""
+        size = box_features[0].shape[-2:]
+        upsampled = [box_features[0]] + [
+            F.interpolate(x, size=size, mode="bilinear", align_corners=False)
+            for x in box_features[1:]]
+        x = torch.cat(upsampled, dim=1)  # (N, C * BASIS_LEVELS, H0, W0)
+        x = F.relu(self.sip_mask_lat(F.relu(self.sip_mask_lat0(x))))  # (N, B, H0, W0)
+        return F.interpolate(x, scale_factor=4, mode="bilinear", align_corners=False)

@@ -1,0 +1,146 @@
+"""The SipMask meta-architecture: FCOS (backbone, assignment, box losses, detections,
+all shared with ``FCOS``) with SipMask's head and masks.
+
+Symbols: N images, L levels, R locations of all levels, K classes, B basis masks,
+D detections of one image, H x W its input size, H0 x W0 its original size.
+"""
+from typing import Dict, List, Tuple
+
+import torch
+from detectron2.config import configurable
+from detectron2.layers import ShapeSpec
+from detectron2.modeling import META_ARCH_REGISTRY
+from detectron2.modeling.postprocessing import detector_postprocess
+from detectron2.structures import ImageList, Instances
+from torch import Tensor, nn
+
+from ..assignment import compute_locations
+from ..meta_arch import FCOS, _flatten_levels
+from .head import SipMaskHead
+from .loss import sipmask_mask_loss
+from .masks import paste_mask_probabilities, resize_and_threshold
+
+_PROBS = "sipmask_mask_probs"  # temporary fields: probabilities at the input size,
+_ROW = "sipmask_row"  # and the row of each detection before detector_postprocess
+_PASTE_CHUNK = 32  # detections pasted at a time (bounds memory at COCO sizes)
+
+
+@META_ARCH_REGISTRY.register()
+class SipMask(FCOS):
+    """SipMask (Cao et al., ECCV 2020), configured by ``MODEL.FCOS`` and ``MODEL.SIPMASK``
+    (see ``add_sipmask_config``); needs ``MODEL.MASK_ON True``.
+
+    Input: as ``FCOS``; in training, "instances" also carry ``gt_masks`` (BitMasks or
+    PolygonMasks at the input size, as detectron2's mappers make them with masks on).
+    Output: in training, the FCOS losses and ``loss_sipmask_mask``; in inference, per image
+    {"instances": Instances} with ``pred_boxes``, ``scores``, ``pred_classes`` and
+    ``pred_masks`` (D, H0, W0) bool at the original image size (the input dict's
+    "height"/"width"): mask probabilities at the input resolution, cut to the unpadded
+    image, resized to the original size, then > ``mask_threshold``.
+    """
+
+    @configurable
+    def __init__(self, *, mask_loss_weight: float = 1.0, mask_sample_nms_thresh: float = 0.9,
+                 mask_threshold: float = 0.5, **fcos_options):
+        """``fcos_options``: the keyword arguments of ``FCOS``; ``head`` a SipMaskHead."""
+        super().__init__(**fcos_options)
+        if not isinstance(self.head, SipMaskHead):
+            raise TypeError(f"SipMask needs a SipMaskHead, got {type(self.head).__name__}")
+        for key, value, low, high in (("MASK_LOSS_WEIGHT", mask_loss_weight, 0.0, float("inf")),
+                                      ("MASK_SAMPLE_NMS_TH", mask_sample_nms_thresh, 0.0, 1.0),
+                                      ("MASK_THRESHOLD", mask_threshold, 0.0, 1.0)):
+            if not low <= value <= high:
+                raise ValueError(f"MODEL.SIPMASK.{key}: {value} is outside [{low}, {high}]")
+        self.mask_loss_weight = mask_loss_weight
+        self.mask_sample_nms_thresh = mask_sample_nms_thresh
+        self.mask_threshold = mask_threshold
+
+    @classmethod
+    def build_head(cls, cfg, input_shape: List[ShapeSpec]) -> nn.Module:
+        return SipMaskHead(cfg, input_shape)
+
+    @classmethod
+    def from_config(cls, cfg):
+        if not cfg.MODEL.MASK_ON:
+            raise ValueError("MODEL.MASK_ON: SipMask predicts masks, set it True (the data "
+                             "mapper then loads gt_masks and the evaluator scores segm)")
+        sipmask = cfg.MODEL.SIPMASK
+        return {
+            **super().from_config(cfg),
+            "mask_loss_weight": sipmask.MASK_LOSS_WEIGHT,
+            "mask_sample_nms_thresh": sipmask.MASK_SAMPLE_NMS_TH,
+            "mask_threshold": sipmask.MASK_THRESHOLD,
+        }
+
+    def forward(self, batched_inputs: List[Dict]):
+        images = self.preprocess_image(batched_inputs)
+        with self._inference_autocast():
+            logits, regression, centerness, coefficients, basis = self.forward_head(images)
+        locations = compute_locations([x.shape[-2:] for x in logits], self.strides, self.device)
+        if self.training:
+            if "instances" not in batched_inputs[0]:
+                raise ValueError("SipMask in training mode needs 'instances' in every input dict")
+            instances = [x["instances"].to(self.device) for x in batched_inputs]
+            return self.sipmask_losses(locations, instances, logits, regression, centerness,
+                                       coefficients, basis)
+        results = self.inference_with_masks(locations, images, logits, regression, centerness,
+                                            coefficients, basis)
+        return [{"instances": self._to_original_size(r, x.get("height", size[0]),
+                                                     x.get("width", size[1]))}
+                for r, x, size in zip(results, batched_inputs, images.image_sizes)]
+
+    def sipmask_losses(self, locations: List[Tensor], instances: List[Instances],
+                       logits: List[Tensor], regression: List[Tensor], centerness: List[Tensor],
+                       coefficients: List[Tensor], basis: Tensor) -> Dict[str, Tensor]:
+        """The FCOS losses (shared assignment) and the weighted mask loss."""
+        labels, reg_targets, matched = self.targets(locations, instances)  # (N, R) ...
+        losses = self.box_losses(labels, reg_targets, logits, regression, centerness)
+        points = torch.cat(locations)  # (R, 2)
+        ltrb = _flatten_levels(self.regression_in_pixels(regression)).float()  # (N, R, 4)
+        pred_boxes = torch.cat([points - ltrb[..., :2], points + ltrb[..., 2:]], dim=-1)
+        losses["loss_sipmask_mask"] = self.mask_loss_weight * sipmask_mask_loss(
+            basis=basis, coefficients=_flatten_levels(coefficients), pred_boxes=pred_boxes,
+            logits=_flatten_levels(logits), labels=labels, matched=matched,
+            instances=instances, num_classes=self.num_classes,
+            sample_nms_thresh=self.mask_sample_nms_thresh)
+        return losses
+
+    def inference_with_masks(self, locations: List[Tensor], images: ImageList,
+                             logits: List[Tensor], regression: List[Tensor],
+                             centerness: List[Tensor], coefficients: List[Tensor],
+                             basis: Tensor) -> List[Instances]:
+        """FCOS detections per image in the input size, with the mask probabilities of
+        each (D, H, W) in a temporary field (see ``_to_original_size``)."""
+        detections = self.select_with_locations(
+            locations, images.image_sizes, logits, regression, centerness,
+            score_thresh=self.score_thresh, topk_candidates=self.topk_candidates,
+            nms_thresh=self.nms_thresh, max_detections=self.max_detections_per_image)
+        coefficients = _flatten_levels(coefficients).float()  # (N, R, 4B)
+        basis = basis.float()
+        for i, (result, location_idx) in enumerate(detections):
+            result.set(_PROBS, _mask_probabilities(basis[i], coefficients[i, location_idx],
+                                                   result.pred_boxes.tensor, result.image_size))
+        return [result for result, _ in detections]
+
+    def _to_original_size(self, result: Instances, height: int, width: int) -> Instances:
+        """detector_postprocess (boxes scaled to (height, width), empty ones dropped), then
+        the masks: probabilities resized to the original size, > ``mask_threshold``."""
+        probs = result.get(_PROBS)
+        result.remove(_PROBS)
+        result.set(_ROW, torch.arange(len(result), device=probs.device))
+        result = detector_postprocess(result, height, width)
+        rows = result.get(_ROW)
+        result.remove(_ROW)
+        result.pred_masks = resize_and_threshold(probs[rows], (height, width),
+                                                 self.mask_threshold)
+        return result
+
+
+def _mask_probabilities(basis: Tensor, coefficients: Tensor, boxes: Tensor,
+                        image_size: Tuple[int, int]) -> Tensor:
+    """``paste_mask_probabilities`` of (D, 4B) coefficients and (D, 4) boxes, a chunk of
+    detections at a time -> (D, H, W)."""
+    chunks = [paste_mask_probabilities(basis, coefficients[s:s + _PASTE_CHUNK],
+                                       boxes[s:s + _PASTE_CHUNK], image_size)
+              for s in range(0, len(boxes), _PASTE_CHUNK)]
+    return torch.cat(chunks) if chunks else basis.new_zeros((0, *image_size))
