@@ -37,6 +37,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -193,6 +194,9 @@ def run_one(name: str, seed: int, output_dir: str, iters: int, opts: List) -> di
     from train_quality import _loss_recorder
 
     torch.set_num_threads(1)
+    base_config = base_config_file().name
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip()
     cfg = setup_cfg(name, seed, output_dir, iters, opts)
     seed_all_rng(seed)
     trainer = Trainer(cfg)
@@ -211,7 +215,7 @@ def run_one(name: str, seed: int, output_dir: str, iters: int, opts: List) -> di
             "mask": {m: results.get("segm", {}).get(m, 0.0) for m in METRICS},
             "final_losses": {k: v for k, v in recorder.tail().items() if k.startswith("loss")},
             "train_seconds": round(train_seconds, 1), "iters": iters,
-            "base_config": base_config_file().name, "regime": shared_regime(cfg)}
+            "base_config": base_config, "commit": commit, "regime": shared_regime(cfg)}
 
 
 # ---------------------------------------------------------------- latency (one process)
