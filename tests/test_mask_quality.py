@@ -78,3 +78,29 @@ def test_table_reports_mask_ap_mean_spread_range_box_ap_and_latency():
                        "5.0 | 42.5 |")
     assert rows[2] == "| sipmask | 0 | 10.0 | nan | 10.0-10.0 | 20.0 | 5.0 | 12.0 | nan | n/a |"
     assert rows[1] == "|---|---|---|---|---|---|---|---|---|---|"
+
+
+def test_runs_are_reused_only_under_the_same_regime_and_the_table_is_written(
+        tmp_path, monkeypatch):
+    import json
+
+    import fcos_d2.data
+    import train_quality
+
+    regime = mq.shared_regime(mq.setup_cfg("mask-rcnn", 0, "", 20, []))
+    stale = dict(regime, SEED=99)  # e.g. an earlier run under another schedule or seed
+    rows = [{"contender": "mask-rcnn", "seed": 0, "status": "ok", "regime": regime,
+             "mask": {"AP": 5.0, "AP50": 9.0, "AP75": 4.0}, "box": {"AP": 6.0}},
+            {"contender": "mask-rcnn", "seed": 1, "status": "ok", "regime": stale,
+             "mask": {"AP": 50.0, "AP50": 90.0, "AP75": 40.0}, "box": {"AP": 60.0}}]
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    launched = []
+    monkeypatch.setattr(fcos_d2.data, "prepare_dataset", lambda name: None)
+    monkeypatch.setattr(train_quality, "_run_all",
+                        lambda todo, jobs, output, opts, script: launched.append((todo, opts)))
+    monkeypatch.setattr(mq, "measure_latency", lambda *args: {"mask-rcnn": {"median_s": 0.01}})
+    table = mq.main(["--contenders", "mask-rcnn", "--seeds", "0", "1", "--iters", "20",
+                     "--output", str(tmp_path)])
+    assert launched == [([("mask-rcnn", 1)], ["--iters", "20"])]  # seed 0 is reused
+    assert "| mask-rcnn | 0 | 5.0 |" in table  # the stale seed-1 row is not counted
+    assert (tmp_path / "table.md").read_text() == table + "\n"
