@@ -100,7 +100,7 @@ def test_runs_are_reused_only_under_the_same_regime_and_the_table_is_written(
                         lambda todo, jobs, output, opts, script: launched.append((todo, opts)))
     monkeypatch.setattr(mq, "measure_latency", lambda *args: {"mask-rcnn": {"median_s": 0.01}})
     table = mq.main(["--contenders", "mask-rcnn", "--seeds", "0", "1", "--iters", "20",
-                     "--output", str(tmp_path)])
-    assert launched == [([("mask-rcnn", 1)], ["--iters", "20"])]  # seed 0 is reused
+                     "--output", str(tmp_path)])  # seed 0 is reused, seed 1 runs again
+    assert launched == [([("mask-rcnn", 1)], ["--iters", "20", "--val-images", "300"])]
     assert "| mask-rcnn | 0 | 5.0 |" in table  # the stale seed-1 row is not counted
     assert (tmp_path / "table.md").read_text() == table + "\n"

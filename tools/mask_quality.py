@@ -2,7 +2,7 @@
 """Mask quality and speed: SipMask against detectron2's Mask R-CNN, trained from scratch.
 
 Both train on ``synthetic_masks_train`` and are scored on ``synthetic_masks_val`` (300
-images) by train_net.py's ``Trainer``: the same data loader and mapper (masks as
+images, or its first ``--val-images``) by train_net.py's ``Trainer``: the same data loader and mapper (masks as
 ``INPUT.MASK_FORMAT`` says), optimizer, schedule, seed, precision and ``COCOEvaluator``
 (bbox and segm). Everything but the detector comes from one base config
 (``configs/quickstart-sipmask.yaml``; ``configs/quickstart.yaml`` with masks where the
@@ -31,7 +31,7 @@ to ``OUTPUT/table.md``.
 
 Usage:
     python tools/mask_quality.py [--contenders sipmask mask-rcnn] [--seeds 0 1 2]
-        [--iters N] [--jobs 2] [--output DIR] [KEY VALUE ...]
+        [--iters N] [--val-images N] [--jobs 2] [--output DIR] [KEY VALUE ...]
 """
 import argparse
 import json
@@ -134,9 +134,29 @@ def shared_regime(cfg) -> dict:
     return json.loads(json.dumps(keys, default=list))
 
 
-def setup_cfg(name: str, seed: int, output_dir: str, iters: int, opts: List):
-    """The config of contender ``name``: the base config, the shared regime, then the
-    contender's detector keys; ``opts`` last."""
+def val_dataset(val_images: int) -> str:
+    """The name of the first ``val_images`` images of ``synthetic_masks_val``, registered
+    (and generated) on first use; the whole split is ``synthetic_masks_val`` itself."""
+    import fcos_d2  # noqa: F401  (before detectron2)
+    from detectron2.data import DatasetCatalog
+
+    from fcos_d2.data import register_coco_dataset, synthetic
+
+    if val_images == synthetic.NUM_IMAGES["val"]:
+        return VAL_NAME
+    name = f"{VAL_NAME}_first_{val_images}"
+    if name not in DatasetCatalog.list():
+        folder = synthetic.ensure_synthetic_shapes("val", num_images=val_images, masks=True)
+        register_coco_dataset(name, str(folder / synthetic.ANNOTATIONS_FILE),
+                              str(folder / synthetic.IMAGES_FOLDER))
+    return name
+
+
+def setup_cfg(name: str, seed: int, output_dir: str, iters: int, opts: List,
+              val_images: int = 300):
+    """The config of contender ``name``: the base config, the shared regime (scored on
+    the first ``val_images`` val images), then the contender's detector keys; ``opts``
+    last."""
     from detectron2.config import get_cfg
 
     from fcos_d2 import add_fcos_config
@@ -147,7 +167,8 @@ def setup_cfg(name: str, seed: int, output_dir: str, iters: int, opts: List):
     cfg = get_cfg()
     add_fcos_config(cfg)
     cfg.merge_from_file(str(base_config_file()))
-    cfg.merge_from_list(["DATASETS.TRAIN", (TRAIN_NAME,), "DATASETS.TEST", (VAL_NAME,),
+    cfg.merge_from_list(["DATASETS.TRAIN", (TRAIN_NAME,),
+                         "DATASETS.TEST", (val_dataset(val_images),),
                          "MODEL.MASK_ON", True, "INPUT.MASK_FORMAT", "bitmask",
                          "DATALOADER.NUM_WORKERS", 0, "MODEL.DEVICE", "cpu", "SEED", seed,
                          "OUTPUT_DIR", output_dir, *schedule_overrides(cfg, iters)])
@@ -184,7 +205,8 @@ def _register_backbone() -> None:
 
 # ---------------------------------------------------------------- one run (child process)
 
-def run_one(name: str, seed: int, output_dir: str, iters: int, opts: List) -> dict:
+def run_one(name: str, seed: int, output_dir: str, iters: int, opts: List,
+            val_images: int = 300) -> dict:
     """Trains contender ``name`` with ``seed`` through train_net's Trainer; returns its box
     and mask metrics, final losses and training time."""
     import torch
@@ -197,7 +219,7 @@ def run_one(name: str, seed: int, output_dir: str, iters: int, opts: List) -> di
     base_config = base_config_file().name
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip()
-    cfg = setup_cfg(name, seed, output_dir, iters, opts)
+    cfg = setup_cfg(name, seed, output_dir, iters, opts, val_images)
     seed_all_rng(seed)
     trainer = Trainer(cfg)
     recorder = _loss_recorder()
@@ -221,7 +243,8 @@ def run_one(name: str, seed: int, output_dir: str, iters: int, opts: List) -> di
 # ---------------------------------------------------------------- latency (one process)
 
 def measure_latency(names: List[str], output: Path, iters: int, opts: List,
-                    num_images: int, warmup: int = 5) -> Dict[str, dict]:
+                    num_images: int, val_images: int = 300,
+                    warmup: int = 5) -> Dict[str, dict]:
     """Median inference seconds per image of each contender's seed-0 model, timed side by
     side: one thread, batch 1, the contenders alternating image by image.
 
@@ -239,12 +262,13 @@ def measure_latency(names: List[str], output: Path, iters: int, opts: List,
     for name in names:
         weights = output / "runs" / f"{name}-0" / "model_final.pth"
         if weights.is_file():
-            cfg = setup_cfg(name, 0, str(output / "runs" / f"{name}-0"), iters, opts)
+            cfg = setup_cfg(name, 0, str(output / "runs" / f"{name}-0"), iters, opts,
+                            val_images)
             models[name] = build_model(cfg).eval()
             FCOSCheckpointer(models[name]).load(str(weights))
     if not models:
         return {}
-    loader = Trainer.build_test_loader(cfg, VAL_NAME)  # the same inputs for every model
+    loader = Trainer.build_test_loader(cfg, cfg.DATASETS.TEST[0])  # the same for all
     inputs = [batch for batch, _ in zip(loader, range(num_images + warmup))]
     times: Dict[str, List[float]] = {name: [] for name in models}
     with torch.no_grad():
@@ -297,7 +321,7 @@ def main(argv=None) -> str:
         import fcos_d2  # noqa: F401  (before detectron2)
 
         result = run_one(args.run, args.seed, str(output / "runs" / f"{args.run}-{args.seed}"),
-                         args.iters, args.opts)
+                         args.iters, args.opts, args.val_images)
         with open(output / "results.jsonl", "a") as f:
             f.write(json.dumps(result) + "\n")
         return ""
@@ -311,18 +335,20 @@ def main(argv=None) -> str:
               "left out", flush=True)
         names.remove("sipmask")
     output.mkdir(parents=True, exist_ok=True)
-    for name in (TRAIN_NAME, VAL_NAME):  # once here, so that the runs never race to make them
-        prepare_dataset(name)
+    prepare_dataset(TRAIN_NAME)  # once here, so that the runs never race to make them
+    val_dataset(args.val_images)
     results_file = output / "results.jsonl"
-    regimes = {(c, s): shared_regime(setup_cfg(c, s, "", args.iters, args.opts))
+    regimes = {(c, s): shared_regime(setup_cfg(c, s, "", args.iters, args.opts,
+                                               args.val_images))
                for c in names for s in args.seeds}
     valid = [r for r in load_results(results_file)
              if regimes.get((r["contender"], r["seed"])) == r["regime"]]
     done = {(r["contender"], r["seed"]) for r in valid}
     todo = [(c, s) for s in args.seeds for c in names if (c, s) not in done]
-    _run_all(todo, args.jobs, output, ["--iters", str(args.iters), *args.opts],
-             script=__file__)
-    latency = measure_latency(names, output, args.iters, args.opts, args.latency_images)
+    _run_all(todo, args.jobs, output, ["--iters", str(args.iters), "--val-images",
+                                        str(args.val_images), *args.opts], script=__file__)
+    latency = measure_latency(names, output, args.iters, args.opts, args.latency_images,
+                              args.val_images)
     (output / "latency.json").write_text(json.dumps(latency, indent=1) + "\n")
     valid = [r for r in load_results(results_file)
              if regimes.get((r["contender"], r["seed"])) == r["regime"]]
@@ -340,6 +366,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--iters", type=int, default=3300,
                         help="training iterations of every run (the base schedule scaled)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at once, one thread each")
+    parser.add_argument("--val-images", type=int, default=300,
+                        help="score on the first N images of synthetic_masks_val (all 300)")
     parser.add_argument("--latency-images", type=int, default=100,
                         help="val images timed per contender")
     parser.add_argument("--output", default=str(REPO / "output" / "mask_quality"))
