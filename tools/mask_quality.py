@@ -2,9 +2,9 @@
 """Mask quality and speed: SipMask against detectron2's Mask R-CNN, trained from scratch.
 
 Both train on ``synthetic_masks_train`` and are scored on ``synthetic_masks_val`` (300
-images, or its first ``--val-images``) by train_net.py's ``Trainer``: the same data loader and mapper (masks as
-``INPUT.MASK_FORMAT`` says), optimizer, schedule, seed, precision and ``COCOEvaluator``
-(bbox and segm). Everything but the detector comes from one base config
+images, or its first ``--val-images``) by train_net.py's ``Trainer``: the same data loader
+and mapper (masks as ``INPUT.MASK_FORMAT`` says), optimizer, schedule, seed, precision and
+``COCOEvaluator`` (bbox and segm). Everything but the detector comes from one base config
 (``configs/quickstart-sipmask.yaml``; ``configs/quickstart.yaml`` with masks where the
 SipMask config is missing): the ResNet trunk (depth, norm, stages), pixel statistics,
 input sizes, solver and AMP. On top of it:
@@ -18,8 +18,8 @@ input sizes, solver and AMP. On top of it:
   8-124 px objects), 128 sampled proposals per image instead of 512 (at most 6 objects
   an image) and mask-head convs as wide as the FPN (SipMask's head width) instead of 256.
 
-The schedule (``--iters``) scales the base config's: MAX_ITER becomes ``--iters``, the lr
-steps and warm-up keep their fractions of it.
+The schedule is the base config's, or that schedule scaled to ``--iters``: MAX_ITER
+becomes ``--iters``, the lr steps and warm-up keep their fractions of it.
 
 Each (contender, seed) runs in its own process with one thread, ``--jobs`` at a time
 (tools/train_quality.py's runner); results go to ``OUTPUT/results.jsonl`` (runs found
@@ -132,6 +132,18 @@ def shared_regime(cfg) -> dict:
         "PIXELS": [cfg.MODEL.PIXEL_MEAN, cfg.MODEL.PIXEL_STD],
     }
     return json.loads(json.dumps(keys, default=list))
+
+
+def base_max_iter() -> int:
+    """The base config's SOLVER.MAX_ITER: the schedule ``--iters`` defaults to."""
+    from detectron2.config import get_cfg
+
+    from fcos_d2 import add_fcos_config
+
+    cfg = get_cfg()
+    add_fcos_config(cfg)
+    cfg.merge_from_file(str(base_config_file()))
+    return cfg.SOLVER.MAX_ITER
 
 
 def val_dataset(val_images: int) -> str:
@@ -329,6 +341,8 @@ def main(argv=None) -> str:
     from fcos_d2.data import prepare_dataset
     from train_quality import _run_all, load_results
 
+    if args.iters is None:
+        args.iters = base_max_iter()
     names = list(args.contenders)
     if "sipmask" in names and not SIPMASK_CONFIG.is_file():
         print(f"{SIPMASK_CONFIG.relative_to(REPO)} is missing: the 'sipmask' contender is "
@@ -363,8 +377,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--contenders", nargs="+", default=list(CONTENDERS),
                         choices=CONTENDERS)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--iters", type=int, default=3300,
-                        help="training iterations of every run (the base schedule scaled)")
+    parser.add_argument("--iters", type=int, default=None,
+                        help="training iterations of every run (the base schedule scaled); "
+                             "default: the base config's SOLVER.MAX_ITER")
     parser.add_argument("--jobs", type=int, default=2, help="runs at once, one thread each")
     parser.add_argument("--val-images", type=int, default=300,
                         help="score on the first N images of synthetic_masks_val (all 300)")
