@@ -104,3 +104,25 @@ def test_runs_are_reused_only_under_the_same_regime_and_the_table_is_written(
     assert launched == [([("mask-rcnn", 1)], ["--iters", "20", "--val-images", "300"])]
     assert "| mask-rcnn | 0 | 5.0 |" in table  # the stale seed-1 row is not counted
     assert (tmp_path / "table.md").read_text() == table + "\n"
+
+
+def test_one_run_trains_and_reports_the_box_and_mask_scores_of_its_evaluation(
+        tmp_path, monkeypatch):
+    import math
+
+    monkeypatch.setenv("FCOS_D2_DATASETS_CACHE", str(tmp_path / "cache"))
+    tiny = mq.val_dataset(2)  # the first 2 val images, generated under tmp_path
+    threads = torch.get_num_threads()  # run_one runs on one thread, as in its own process
+    try:
+        row = mq.run_one("sipmask", 0, str(tmp_path / "run"), 2,
+                         ["DATASETS.TRAIN", f"('{tiny}',)", "SOLVER.IMS_PER_BATCH", 2,
+                          "MODEL.FPN.OUT_CHANNELS", 32,  # every candidate: scores to rank
+                          "MODEL.FCOS.INFERENCE_TH_TEST", 0.0], val_images=2)
+    finally:
+        torch.set_num_threads(threads)
+    assert row["status"] == "ok" and row["iters"] == 2
+    assert set(row["box"]) == set(row["mask"]) == {"AP", "AP50", "AP75"}
+    scores = [*row["box"].values(), *row["mask"].values()]
+    assert all(math.isfinite(v) for v in scores), row
+    assert row["regime"]["DATASETS"] == [[tiny], [tiny]]
+    assert (tmp_path / "run" / "inference" / tiny / "summary.txt").is_file()

@@ -35,7 +35,7 @@ Usage:
 """
 import argparse
 import json
-import os
+import math
 import statistics
 import subprocess
 import sys
@@ -108,7 +108,9 @@ def schedule_overrides(cfg, iters: int) -> List:
     that they keep their fractions of the base config's schedule."""
     scale = iters / cfg.SOLVER.MAX_ITER
     return ["SOLVER.MAX_ITER", iters,
-            "SOLVER.STEPS", tuple(max(1, round(s * scale)) for s in cfg.SOLVER.STEPS),
+            # increasing and inside the schedule, also when very short
+            "SOLVER.STEPS", tuple(sorted({min(iters - 1, max(1, round(s * scale)))
+                                          for s in cfg.SOLVER.STEPS})),
             "SOLVER.WARMUP_ITERS", max(1, round(cfg.SOLVER.WARMUP_ITERS * scale)),
             "SOLVER.CHECKPOINT_PERIOD", iters,  # only the final model
             "TEST.EVAL_PERIOD", 0]  # one evaluation, after the last iteration
@@ -238,17 +240,19 @@ def run_one(name: str, seed: int, output_dir: str, iters: int, opts: List,
     trainer.register_hooks([recorder])
     trainer.resume_or_load(resume=False)
     start = time.perf_counter()
-    status, results = "ok", {}
+    status = "ok"
     try:
-        results = trainer.train() or {}
+        trainer.train()  # returns the evaluation only with TEST.EXPECTED_RESULTS set
     except FloatingPointError as error:  # a non-finite loss (StopOnNonFiniteLoss)
         status = f"diverged: {error}"
-    train_seconds = time.perf_counter() - start
-    return {"contender": name, "seed": seed, "status": status,
-            "box": {m: results.get("bbox", {}).get(m, 0.0) for m in METRICS},
-            "mask": {m: results.get("segm", {}).get(m, 0.0) for m in METRICS},
+    seconds = time.perf_counter() - start
+    latest = trainer.storage.latest()  # the final evaluation put "bbox/AP", "segm/AP", ...
+    scores = {task: {m: latest[f"{task}/{m}"][0] if f"{task}/{m}" in latest else math.nan
+                     for m in METRICS} for task in ("bbox", "segm")}
+    return {"contender": name, "seed": seed, "status": status, "box": scores["bbox"],
+            "mask": scores["segm"],
             "final_losses": {k: v for k, v in recorder.tail().items() if k.startswith("loss")},
-            "train_seconds": round(train_seconds, 1), "iters": iters,
+            "train_and_eval_seconds": round(seconds, 1), "iters": iters,
             "base_config": base_config, "commit": commit, "regime": shared_regime(cfg)}
 
 
