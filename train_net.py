@@ -12,7 +12,6 @@ Every evaluation appends a block to OUTPUT_DIR/inference/<dataset>/summary.txt.
 import logging
 import os
 from collections import OrderedDict
-from datetime import timedelta
 import warnings
 
 import fcos_d2  # noqa: F401  (first: detectron2 v0.6 shims; registers FCOS and datasets)
@@ -20,7 +19,7 @@ import torch
 from detectron2.config import get_cfg
 from detectron2.data import MetadataCatalog, build_detection_test_loader
 from detectron2.engine import DefaultTrainer, default_argument_parser, default_setup, hooks
-from detectron2.evaluation import COCOEvaluator, verify_results
+from detectron2.evaluation import verify_results
 from detectron2.utils import comm
 from detectron2.utils.logger import setup_logger
 from torch.nn.parallel import DistributedDataParallel
@@ -32,12 +31,17 @@ from fcos_d2.data.boxes import filter_invalid_boxes_on_load
 from fcos_d2.data.mapper import FCOSDatasetMapper
 from fcos_d2.data.register import check_num_classes, register_coco_dataset
 from fcos_d2.evaluation import append_summaries, expected_results_verdict, iterations_trained
+from fcos_d2.report import ReportOptions
+from fcos_d2.report.evaluator import ReportingCOCOEvaluator
 from fcos_d2.engine import CPUAMPTrainer
-from fcos_d2.engine.amp import slow_bf16_warning
-from fcos_d2.engine.hooks import StopOnNonFiniteLoss
-from fcos_d2.engine.launch import add_launcher_arguments, launch
+from fcos_d2.engine.amp import cpu_autocast_dtype
+from fcos_d2.engine.heartbeat import ReportProgress
+from fcos_d2.engine.hooks import StopOnNonFiniteLoss, WarnOnLowDiskSpace
+from fcos_d2.engine.launch import add_launcher_arguments, launch_from_args
+from fcos_d2.engine.preemption import SaveOnPreemption
 from fcos_d2.engine.resumable_loader import build_resumable_train_loader
 from fcos_d2.engine.resume import ExactResume
+from fcos_d2.engine.slurm import apply_slurm_environment
 from fcos_d2.visualization import save_loader_predictions
 
 logger = logging.getLogger("fcos_d2")
@@ -47,7 +51,11 @@ class Trainer(DefaultTrainer):
     """DefaultTrainer with COCO box evaluation, a summary.txt per evaluation, data loaders
     that use FCOSDatasetMapper and drop invalid boxes, atomic checkpoints (FCOSCheckpointer),
     exact resume (data stream and RNG states in the checkpoints), a stop on a non-finite loss,
-    SOLVER.AMP.ENABLED on the CPU (bf16 autocast; detectron2's AMPTrainer is CUDA-only), and
+    a checkpoint and exit status 75 on a preemption signal, heartbeat progress reports, a
+    warning when OUTPUT_DIR is short of space,
+    SOLVER.AMP.ENABLED on the CPU (bf16 autocast where the CPU has native bf16, float32
+    elsewhere unless MODEL.FCOS.CPU_BF16 says "always"; detectron2's AMPTrainer is
+    CUDA-only), and
     optionally no evaluation after the last iteration (``skip_final_eval``)."""
 
     def __init__(self, cfg, skip_final_eval: bool = False):
@@ -57,10 +65,10 @@ class Trainer(DefaultTrainer):
             if cpu_amp:  # the AMPTrainer built there is replaced below, with its CUDA scaler
                 warnings.filterwarnings("ignore", message=".*GradScaler.*")
             super().__init__(cfg)
-        if cpu_amp:
-            self._trainer = CPUAMPTrainer.replacing(self._trainer, torch.bfloat16)
-            if slow_bf16_warning():
-                logger.warning(slow_bf16_warning())
+        if cpu_amp:  # bf16 where the CPU has it natively (MODEL.FCOS.CPU_BF16), else float32
+            precision = cpu_autocast_dtype(torch.bfloat16, cfg.MODEL.FCOS.CPU_BF16,
+                                           what="training", key="SOLVER.AMP.ENABLED")
+            self._trainer = CPUAMPTrainer.replacing(self._trainer, precision)
 
     @classmethod
     def build_evaluator(cls, cfg, dataset_name, output_folder=None, tasks=None):
@@ -69,9 +77,10 @@ class Trainer(DefaultTrainer):
         prepare_dataset(dataset_name)
         tasks = tasks or (("bbox", "segm") if cfg.MODEL.MASK_ON else ("bbox",))
         # Without detectron2's C++ extension, COCOEvaluator must use pycocotools' COCOeval.
-        return COCOEvaluator(dataset_name, tasks=tasks, use_fast_impl=compat.HAS_D2_EXTENSION,
-                             output_dir=output_folder or os.path.join(cfg.OUTPUT_DIR, "inference",
-                                                                      dataset_name))
+        return ReportingCOCOEvaluator(  # COCOEvaluator that also writes report.html
+            dataset_name, tasks=tasks, use_fast_impl=compat.HAS_D2_EXTENSION,
+            report=ReportOptions.from_config(cfg),
+            output_dir=output_folder or os.path.join(cfg.OUTPUT_DIR, "inference", dataset_name))
 
     @classmethod
     def build_train_loader(cls, cfg):
@@ -122,8 +131,12 @@ class Trainer(DefaultTrainer):
             self.cfg, self.checkpointer.model, self.cfg.OUTPUT_DIR, reinit_mismatched=True,
             **self.checkpointer.checkpointables)
         # First: the states they save must be taken before the checkpointer's after_step.
-        hook_list = [ExactResume(self.cfg.SOLVER.CHECKPOINT_PERIOD), StopOnNonFiniteLoss(),
-                     *super().build_hooks()]
+        exact_resume = ExactResume(self.cfg.SOLVER.CHECKPOINT_PERIOD)
+        hook_list = [exact_resume, StopOnNonFiniteLoss(), ReportProgress(),
+                     WarnOnLowDiskSpace(self.checkpointer), *super().build_hooks()]
+        # after the LR scheduler and the checkpointer (rank 0), before the evaluation
+        evaluation = next(i for i, h in enumerate(hook_list) if isinstance(h, hooks.EvalHook))
+        hook_list.insert(evaluation, SaveOnPreemption(self.checkpointer, exact_resume))
         if self.skip_final_eval:  # the same evaluation function (EvalHook._func in v0.6 and
             # main), in a hook that skips the evaluation after the last iteration
             eval_hook = next(h for h in hook_list if isinstance(h, hooks.EvalHook))
@@ -201,7 +214,6 @@ def argument_parser():
 
 
 if __name__ == "__main__":
-    args = argument_parser().parse_args()
+    args = apply_slurm_environment(argument_parser(), None, os.environ)  # flags, else srun's
     print("Command Line Args:", args)
-    launch(main, args.num_gpus, num_machines=args.num_machines, machine_rank=args.machine_rank,
-           dist_url=args.dist_url, args=(args,), timeout=timedelta(seconds=args.dist_timeout))
+    launch_from_args(main, args)

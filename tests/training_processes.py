@@ -8,6 +8,11 @@ each training is a fork that runs ``train_net.py`` as ``__main__`` with its own 
 stdout and stderr going to a log file. A training can be given faults: die by SIGKILL
 when iteration ``kill_at`` starts, or get a NaN classification loss at ``nan_at``; and
 ``record`` appends, per iteration, the image ids the model was given to a JSON-lines file.
+Cluster faults: ``signals`` {iteration: signal name} sends that signal to the training
+itself when the iteration starts (SIGTERM, SIGSTOP, ...), after ``busy`` {iteration:
+seconds} has kept its main thread busy (a slow step); ``signal_during_save`` {checkpoint
+name: signal name} sends a signal while that checkpoint is written; ``env`` adds
+environment variables (a faked SLURM step).
 
 ``TrainingProcesses`` is the pytest side: ``start`` a training, ``wait`` for it.
 """
@@ -45,9 +50,13 @@ class TrainingProcesses:
 
     def start(self, argv: List[str], log: Path, kill_at: Optional[int] = None,
               nan_at: Optional[int] = None, record: Optional[Path] = None,
-              script: Path = REPO / "train_net.py") -> int:
+              script: Path = REPO / "train_net.py", signals: Optional[dict] = None,
+              busy: Optional[dict] = None, signal_during_save: Optional[dict] = None,
+              env: Optional[dict] = None) -> int:
         """Starts ``script *argv`` (train_net.py by default); returns its process id."""
-        faults = {"kill_at": kill_at, "nan_at": nan_at, "record": record and str(record)}
+        faults = {"kill_at": kill_at, "nan_at": nan_at, "record": record and str(record),
+                  "signals": signals or {}, "busy": busy or {},
+                  "signal_during_save": signal_during_save or {}, "env": env or {}}
         pid = self._ask({"op": "start", "argv": argv, "log": str(log), "script": str(script),
                          **faults})["pid"]
         self._running.add(pid)
@@ -68,12 +77,19 @@ class TrainingProcesses:
         self._server.wait()
 
 
-def _install_faults(kill_at: Optional[int], nan_at: Optional[int], record: Optional[str]):
+def _install_faults(kill_at: Optional[int], nan_at: Optional[int], record: Optional[str],
+                    signals: dict, busy: dict, signal_during_save: dict):
     from detectron2.utils.events import get_event_storage
 
+    from fcos_d2.checkpoint import FCOSCheckpointer
     from fcos_d2.modeling.meta_arch import FCOS
 
-    forward = FCOS.forward
+    forward, save = FCOS.forward, FCOSCheckpointer.save
+
+    def save_with_signal(self, name, **kwargs):
+        if name in signal_during_save:
+            os.kill(os.getpid(), signal.Signals[signal_during_save[name]])
+        return save(self, name, **kwargs)
 
     def forward_with_faults(self, batched_inputs):
         if not self.training:
@@ -85,12 +101,18 @@ def _install_faults(kill_at: Optional[int], nan_at: Optional[int], record: Optio
                 f.write(json.dumps({"iteration": iteration, "image_ids": ids}) + "\n")
         if iteration == kill_at:
             os.kill(os.getpid(), signal.SIGKILL)
+        started = time.time()
+        while time.time() - started < busy.get(str(iteration), 0):
+            pass  # busy in Python, holding the GIL as much as it is allowed to
+        if str(iteration) in signals:
+            os.kill(os.getpid(), signal.Signals[signals[str(iteration)]])
         losses = forward(self, batched_inputs)
         if iteration == nan_at:
             losses["loss_fcos_cls"] = losses["loss_fcos_cls"] * float("nan")
         return losses
 
     FCOS.forward = forward_with_faults
+    FCOSCheckpointer.save = save_with_signal
 
 
 def _run_child(request: dict) -> None:
@@ -101,7 +123,9 @@ def _run_child(request: dict) -> None:
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
         os.dup2(log, 1)
         os.dup2(log, 2)
-        _install_faults(request["kill_at"], request["nan_at"], request["record"])
+        os.environ.update(request["env"])
+        _install_faults(request["kill_at"], request["nan_at"], request["record"],
+                        request["signals"], request["busy"], request["signal_during_save"])
         sys.argv = [request["script"], *request["argv"]]
         runpy.run_path(request["script"], run_name="__main__")
         status = 0

@@ -14,6 +14,7 @@ here), ``lr_multiplier`` and ``train`` (output_dir, init_checkpoint, max_iter, a
 checkpointer, eval_period, log_period, device). Overrides are ``key=value``.
 """
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -30,7 +31,12 @@ from detectron2.utils import comm  # noqa: E402
 from fcos_d2.checkpoint import FCOSCheckpointer  # noqa: E402
 from fcos_d2.data import prepare_dataset  # noqa: E402
 from fcos_d2.engine import CPUAMPTrainer  # noqa: E402
-from fcos_d2.engine.launch import launch  # noqa: E402
+from fcos_d2.engine.amp import cpu_autocast_dtype  # noqa: E402
+from fcos_d2.engine.heartbeat import ReportProgress  # noqa: E402
+from fcos_d2.engine.hooks import WarnOnLowDiskSpace  # noqa: E402
+from fcos_d2.engine.launch import add_launcher_arguments, launch_from_args  # noqa: E402
+from fcos_d2.engine.preemption import SaveOnPreemption  # noqa: E402
+from fcos_d2.engine.slurm import apply_slurm_environment  # noqa: E402
 
 logger = logging.getLogger("fcos_d2")
 
@@ -56,7 +62,8 @@ def _ddp_model(model, cfg):
 
 def _trainer_class(cfg):
     """SimpleTrainer; with train.amp.enabled, detectron2's AMPTrainer on a GPU and
-    CPUAMPTrainer (bf16 autocast, no gradient scaler) on the CPU."""
+    CPUAMPTrainer (bf16 autocast, no gradient scaler) on the CPU, in float32 where the CPU
+    has no native bf16 unless train.amp.cpu_bf16 is "always"."""
     if not cfg.train.amp.enabled:
         return SimpleTrainer
     return CPUAMPTrainer if torch.device(cfg.train.device).type == "cpu" else AMPTrainer
@@ -71,13 +78,19 @@ def do_train(args, cfg) -> None:
     train_loader = instantiate(cfg.dataloader.train)
     model = _ddp_model(model, cfg)
     trainer = _trainer_class(cfg)(model, train_loader, optimizer)
+    if isinstance(trainer, CPUAMPTrainer):  # bf16 only where native, as in train_net.py
+        trainer.precision = cpu_autocast_dtype(torch.bfloat16, cfg.train.amp.get("cpu_bf16", "auto"),
+                                               what="training", key="train.amp.enabled")
     checkpointer = FCOSCheckpointer(model, cfg.train.output_dir, trainer=trainer)
     main_process = comm.is_main_process()
     trainer.register_hooks([
         hooks.IterationTimer(),
+        ReportProgress(),
+        WarnOnLowDiskSpace(checkpointer),
         hooks.LRScheduler(scheduler=instantiate(cfg.lr_multiplier)),
         hooks.PeriodicCheckpointer(checkpointer, **cfg.train.checkpointer) if main_process
         else None,
+        SaveOnPreemption(checkpointer),  # no data-stream state: resumes, but not exactly
         hooks.EvalHook(cfg.train.eval_period, lambda: do_test(cfg, model)),
         hooks.PeriodicWriter(default_writers(cfg.train.output_dir, cfg.train.max_iter),
                              period=cfg.train.log_period) if main_process else None,
@@ -113,6 +126,6 @@ def main(args):
 
 
 if __name__ == "__main__":
-    args = default_argument_parser().parse_args()
-    launch(main, args.num_gpus, num_machines=args.num_machines, machine_rank=args.machine_rank,
-           dist_url=args.dist_url, args=(args,))
+    args = apply_slurm_environment(add_launcher_arguments(default_argument_parser()), None,
+                                   os.environ)  # flags, else srun's environment
+    launch_from_args(main, args)

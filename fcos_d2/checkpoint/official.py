@@ -57,6 +57,9 @@ _RULES: List[Tuple[str, str]] = [
 ]
 
 
+OFFICIAL_RULES = tuple(_RULES)  # the mapping of the table above
+
+
 class CheckpointMismatchError(ValueError):
     """Official keys no rule maps, or model keys the checkpoint does not fill."""
 
@@ -82,8 +85,12 @@ def _is_frozen_bn_var(official_key: str) -> bool:
         official_key.endswith("running_var")
 
 
-def convert_official_state_dict(state_dict: Dict[str, Tensor]) -> Dict[str, Tensor]:
+def convert_official_state_dict(state_dict: Dict[str, Tensor], *,
+                                rules: Sequence[Tuple[str, str]] = OFFICIAL_RULES,
+                                source: str = "official") -> Dict[str, Tensor]:
     """Renames every parameter of an official FCOS state dict (values as float32).
+    ``rules``: (regex, replacement) pairs (models built on the official FCOS, such as
+    SipMask-benchmark, add theirs); ``source``: how errors name the checkpoint.
 
     Raises:
         CheckpointMismatchError: listing every key that no rule maps.
@@ -93,7 +100,7 @@ def convert_official_state_dict(state_dict: Dict[str, Tensor]) -> Dict[str, Tens
         if key.endswith("num_batches_tracked"):
             continue  # BN bookkeeping, not a parameter of the function
         try:
-            new_key = convert_official_key(key)
+            new_key = rename_by_rules(key, rules)
         except KeyError:
             unknown.append(key)
             continue
@@ -103,7 +110,7 @@ def convert_official_state_dict(state_dict: Dict[str, Tensor]) -> Dict[str, Tens
         converted[new_key] = value
     if unknown:
         raise CheckpointMismatchError(
-            f"{len(unknown)} keys of the official checkpoint have no fcos-d2 name: "
+            f"{len(unknown)} keys of the {source} checkpoint have no fcos-d2 name: "
             + ", ".join(unknown))
     return converted
 

@@ -1,13 +1,16 @@
 """Training hooks for faults that detectron2 handles late or not at all."""
 import logging
 import math
+import os
 from typing import Dict, List
 
 import torch
 from detectron2.engine import HookBase
 from detectron2.utils import comm
 
-__all__ = ["StopOnNonFiniteLoss"]
+from ..checkpoint.disk_space import low_space_warning, tensor_bytes
+
+__all__ = ["StopOnNonFiniteLoss", "WarnOnLowDiskSpace"]
 
 logger = logging.getLogger(__name__)
 
@@ -58,3 +61,23 @@ class StopOnNonFiniteLoss(HookBase):
                 "once the cause is fixed (e.g. a lower SOLVER.BASE_LR, a longer "
                 "SOLVER.WARMUP_ITERS, SOLVER.CLIP_GRADIENTS.ENABLED True, or a bad box in "
                 "the data).")
+
+
+class WarnOnLowDiskSpace(HookBase):
+    """Before training, on rank 0: warns when the checkpointer's folder has room for fewer
+    than ``checkpoints`` checkpoints. A checkpoint is estimated as the model's tensors
+    twice (the weights and one optimizer buffer per weight, as SGD with momentum keeps).
+    """
+
+    def __init__(self, checkpointer, checkpoints: int = 3):
+        self._checkpointer = checkpointer
+        self._checkpoints = checkpoints
+
+    def before_train(self):
+        folder = self._checkpointer.save_dir
+        if not comm.is_main_process() or not folder or not os.path.isdir(folder):
+            return
+        size = 2 * tensor_bytes(self._checkpointer.model.state_dict())
+        warning = low_space_warning(folder, size, self._checkpoints)
+        if warning:
+            logger.warning(warning)

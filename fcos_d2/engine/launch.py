@@ -8,12 +8,21 @@ How the workers start is chosen from the environment:
 * more than one worker and no CUDA: spawn CPU workers that talk over gloo (detectron2 v0.6
   can only spawn NCCL workers);
 * otherwise: detectron2's own ``launch`` (one process, or one per GPU).
+
+In every worker, the preemption signals (``--preemption-signals``, see ``preemption``) are
+installed and, in jobs of several workers, the heartbeat that ends the job when a worker
+stalls (``--stall-timeout``, see ``heartbeat``). A process that spawned its machine's
+workers passes those signals on to them, and exits with the status of a worker that was
+preempted (75) or that ended the job for a stalled worker (76).
 """
 import argparse
+import functools
+import multiprocessing.connection
 import os
 import socket
 from datetime import timedelta
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, NamedTuple, Optional, Sequence
+from urllib.parse import urlparse
 
 import torch
 import torch.distributed as dist
@@ -22,10 +31,15 @@ from detectron2.engine import launch as d2_launch
 from detectron2.utils import comm
 
 from .. import compat
+from .heartbeat import STALLED_EXIT_CODE, start_heartbeat
+from .preemption import (PREEMPTED_EXIT_CODE, forward_signals_to_children,
+                         install_preemption_handlers, parse_signals)
 
-__all__ = ["DEFAULT_TIMEOUT", "WorkerLostError", "add_launcher_arguments", "launch"]
+__all__ = ["DEFAULT_STALL_TIMEOUT", "DEFAULT_TIMEOUT", "WorkerLostError",
+           "add_launcher_arguments", "launch", "launch_from_args"]
 
 DEFAULT_TIMEOUT = timedelta(minutes=30)
+DEFAULT_STALL_TIMEOUT = 120.0  # seconds
 
 _TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 
@@ -41,13 +55,21 @@ class WorkerLostError(RuntimeError):
 def add_launcher_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Adds what launchers pass to the script: ``--local-rank`` / ``--local_rank`` (from
     ``python -m torch.distributed.launch``, which also sets the environment variables that
-    torchrun sets) and ``--dist-timeout``."""
+    torchrun sets), ``--dist-timeout``, ``--preemption-signals`` and ``--stall-timeout``."""
     parser.add_argument("--local-rank", "--local_rank", type=int, default=None,
                         action=_LocalRankAction, help="set by torch.distributed.launch; the "
                         "worker's rank on its machine (also read from $LOCAL_RANK)")
     parser.add_argument("--dist-timeout", type=float, default=DEFAULT_TIMEOUT.total_seconds(),
                         metavar="SECONDS", help="how long a worker waits for the others in a "
                         "collective operation before it stops with an error")
+    parser.add_argument("--preemption-signals", nargs="*", default=["SIGTERM"], metavar="SIG",
+                        help="signals after which training saves a checkpoint of the current "
+                        "iteration and exits with status 75 (resume with --resume); e.g. "
+                        "SIGTERM SIGUSR1; the flag without a name: none")
+    parser.add_argument("--stall-timeout", type=float, default=DEFAULT_STALL_TIMEOUT,
+                        metavar="SECONDS", help="end the whole job (status 76) when a worker "
+                        "sends no heartbeat for this long (a frozen process or machine); 0: "
+                        "no heartbeat")
     return parser
 
 
@@ -62,6 +84,22 @@ class _LocalRankAction(argparse.Action):
         setattr(namespace, self.dest, value)
 
 
+class _WorkerOptions(NamedTuple):
+    """What every worker sets up around ``main_func``."""
+    preemption_signals: tuple  # signal numbers
+    stall_timeout: float  # seconds; 0: no heartbeat
+    rank0_host: str  # where the other workers reach rank 0
+
+
+def launch_from_args(main_func: Callable[..., Any], args: argparse.Namespace) -> None:
+    """``launch(main_func, ...)`` with the flags of detectron2's ``default_argument_parser``
+    and ``add_launcher_arguments``, and ``args`` as main_func's argument."""
+    launch(main_func, args.num_gpus, num_machines=args.num_machines,
+           machine_rank=args.machine_rank, dist_url=args.dist_url, args=(args,),
+           timeout=timedelta(seconds=args.dist_timeout),
+           preemption_signals=args.preemption_signals, stall_timeout=args.stall_timeout)
+
+
 def launch(
     main_func: Callable[..., Any],
     num_gpus_per_machine: int,
@@ -70,6 +108,8 @@ def launch(
     dist_url: Optional[str] = None,
     args: Sequence[Any] = (),
     timeout: timedelta = DEFAULT_TIMEOUT,
+    preemption_signals: Sequence[str] = ("SIGTERM",),
+    stall_timeout: float = DEFAULT_STALL_TIMEOUT,
 ) -> None:
     """Runs ``main_func(*args)`` in every worker of a (possibly distributed) job.
 
@@ -86,11 +126,18 @@ def launch(
             one machine) picks a free port on localhost.
         args: positional arguments of ``main_func``.
         timeout: timeout of collective operations.
+        preemption_signals: signal names that make the training save and exit with
+            status 75 (see ``preemption``).
+        stall_timeout: seconds without a heartbeat after which a worker counts as stalled
+            and the job ends with status 76 (see ``heartbeat``); 0: no heartbeat.
     """
     world_size = num_machines * num_gpus_per_machine
+    signals = tuple(parse_signals(preemption_signals))
+    options = _WorkerOptions(signals, stall_timeout, _host_of(dist_url))
     if all(name in os.environ for name in _TORCHRUN_VARIABLES):
         _join_torchrun_job(timeout)
-        _run_in_job(main_func, args)
+        _run_in_job(main_func, args, options._replace(
+            rank0_host=os.environ.get("MASTER_ADDR", "127.0.0.1")))
         dist.destroy_process_group()
     elif world_size > 1 and not torch.cuda.is_available():
         if dist_url in (None, "auto"):
@@ -98,16 +145,70 @@ def launch(
                 raise ValueError(f"dist_url={dist_url!r} picks a port on this machine; a job on "
                                  f"{num_machines} machines needs an explicit tcp://HOST:PORT")
             dist_url = f"tcp://127.0.0.1:{_free_port()}"
+            options = options._replace(rank0_host="127.0.0.1")
         worker_args = (main_func, num_gpus_per_machine, num_machines, machine_rank, dist_url,
-                       tuple(args), timeout)
+                       tuple(args), timeout, options)
         if num_gpus_per_machine == 1:  # one worker on this machine: this process is it, so
             _cpu_worker(0, *worker_args)  # that stopping this process stops the worker
         else:
-            mp.start_processes(_cpu_worker, nprocs=num_gpus_per_machine, args=worker_args,
-                               start_method="spawn")
+            with _SpawnedWorkers(signals):
+                _join_workers(mp.start_processes(_cpu_worker, nprocs=num_gpus_per_machine,
+                                                 args=worker_args, start_method="spawn",
+                                                 join=False))
     else:
-        d2_launch(main_func, num_gpus_per_machine, num_machines, machine_rank, dist_url,
-                  args=tuple(args), timeout=timeout)
+        with _SpawnedWorkers(signals if world_size > 1 else ()):
+            d2_launch(functools.partial(_d2_worker, main_func, options), num_gpus_per_machine,
+                      num_machines, machine_rank, dist_url, args=tuple(args), timeout=timeout)
+
+
+class _SpawnedWorkers:
+    """Around spawning workers: passes the preemption signals on to them, and exits with
+    status 75 or 76 when a worker does (torch would raise ProcessExitedException)."""
+
+    def __init__(self, signals: Sequence[int]):
+        self._signals = signals
+
+    def __enter__(self):
+        self._restore = forward_signals_to_children(self._signals)
+
+    def __exit__(self, kind, error, traceback):
+        self._restore()
+        code = getattr(error, "exit_code", None)
+        if isinstance(error, mp.ProcessExitedException) and code in (PREEMPTED_EXIT_CODE,
+                                                                     STALLED_EXIT_CODE):
+            raise SystemExit(code) from None
+
+
+def _join_workers(context: mp.ProcessContext) -> None:
+    """Waits for the spawned workers. When one ended the job for a stalled worker (76), the
+    others are killed at once (torch's join would send SIGTERM and wait 30 s before
+    SIGKILL, and a stopped process does not act on SIGTERM) and this process exits with 76;
+    when they all exit with 0 or 75 (preempted), with 75. Otherwise torch's join reports
+    the error of a worker and ends the others."""
+    processes = context.processes
+    while any(p.exitcode is None for p in processes):
+        codes = {p.exitcode for p in processes}
+        if STALLED_EXIT_CODE in codes:
+            for process in processes:
+                if process.exitcode is None:
+                    process.kill()
+        elif codes - {None, 0, PREEMPTED_EXIT_CODE}:
+            break
+        multiprocessing.connection.wait([p.sentinel for p in processes if p.exitcode is None],
+                                        timeout=1.0)
+    codes = {p.exitcode for p in processes}
+    if STALLED_EXIT_CODE in codes:
+        raise SystemExit(STALLED_EXIT_CODE)
+    if PREEMPTED_EXIT_CODE in codes and codes <= {0, PREEMPTED_EXIT_CODE}:
+        raise SystemExit(PREEMPTED_EXIT_CODE)
+    while not context.join():
+        pass
+
+
+def _host_of(dist_url: Optional[str]) -> str:
+    """The host of ``tcp://HOST:PORT``, where machine 0 (and so rank 0) runs."""
+    host = urlparse(dist_url).hostname if dist_url and "://" in dist_url else None
+    return host or "127.0.0.1"
 
 
 def _join_torchrun_job(timeout: timedelta) -> None:
@@ -125,7 +226,7 @@ def _join_torchrun_job(timeout: timedelta) -> None:
 
 def _cpu_worker(local_rank: int, main_func: Callable[..., Any], workers_per_machine: int,
                 num_machines: int, machine_rank: int, dist_url: str, args: tuple,
-                timeout: timedelta) -> None:
+                timeout: timedelta, options: _WorkerOptions) -> None:
     """The body of one spawned CPU worker: join the gloo group, then run ``main_func``."""
     dist.init_process_group(backend="gloo", init_method=dist_url,
                             world_size=num_machines * workers_per_machine,
@@ -138,15 +239,39 @@ def _cpu_worker(local_rank: int, main_func: Callable[..., Any], workers_per_mach
     _use_cpu_ddp_in_default_trainer()
     compat.create_local_process_group(workers_per_machine)
     comm.synchronize()
-    _run_in_job(main_func, args)
+    _run_in_job(main_func, args, options)
     dist.destroy_process_group()
 
 
-def _run_in_job(main_func: Callable[..., Any], args: Sequence[Any]) -> None:
-    """Runs ``main_func(*args)`` in a worker of a process group; a collective that fails
-    because another worker is gone raises ``WorkerLostError``, which says so."""
+def _d2_worker(main_func: Callable[..., Any], options: _WorkerOptions, *args: Any) -> None:
+    """What detectron2's ``launch`` runs in each worker (or in this process alone)."""
+    if dist.is_available() and dist.is_initialized():
+        _run_in_job(main_func, args, options)
+    else:
+        _run_with_options(main_func, args, options)
+
+
+def _run_with_options(main_func: Callable[..., Any], args: Sequence[Any],
+                      options: _WorkerOptions) -> None:
+    """Runs ``main_func(*args)`` with the preemption handlers and, in a process group of
+    several workers, the heartbeat."""
+    install_preemption_handlers(options.preemption_signals)
+    grouped = dist.is_available() and dist.is_initialized()
+    heartbeat = start_heartbeat(options.stall_timeout, options.rank0_host) if grouped else None
     try:
         main_func(*args)
+    finally:
+        if heartbeat is not None:
+            heartbeat.stop()
+
+
+def _run_in_job(main_func: Callable[..., Any], args: Sequence[Any],
+                options: _WorkerOptions) -> None:
+    """Runs ``main_func(*args)`` in a worker of a process group (``_run_with_options``); a
+    collective that fails because another worker is gone raises ``WorkerLostError``, which
+    says so."""
+    try:
+        _run_with_options(main_func, args, options)
     except RuntimeError as error:
         if not any(sign in str(error) for sign in _LOST_WORKER_SIGNS):
             raise

@@ -83,10 +83,15 @@ class ExactResume(HookBase):
     def after_step(self):
         iteration = self.trainer.iter
         if (iteration + 1) % self._period == 0 or iteration >= self.trainer.max_iter - 1:
-            state = self._local_state()
-            workers = comm.all_gather(state) if comm.get_world_size() > 1 else [state]
-            self._saved = {"iteration": iteration, "workers": workers}
-            self._rng_to_restore = state["rng"]
+            self.capture()
+
+    def capture(self) -> None:
+        """Gathers every worker's states at this iteration, for a checkpoint of it (the
+        periodic ones, or SaveOnPreemption's); all workers call it."""
+        state = self._local_state()
+        workers = comm.all_gather(state) if comm.get_world_size() > 1 else [state]
+        self._saved = {"iteration": self.trainer.iter, "workers": workers}
+        self._rng_to_restore = state["rng"]
 
     def state_dict(self) -> Dict[str, Any]:
         if self._saved is not None and self._saved["iteration"] == self.trainer.iter:

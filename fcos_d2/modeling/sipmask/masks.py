@@ -19,7 +19,7 @@ MASK_STRIDE = 2  # the basis masks' stride in input pixels
 def quadrant_logits(basis: Tensor, coefficients: Tensor) -> Tensor:
     """(B, Hm, Wm) basis masks and (P, 4 * B) coefficients -> (P, 4, Hm, Wm): per
     instance and quadrant, the coefficients' linear combination of the basis masks."""
-    num_basis, height, width = basis.shape
+    num_basis = basis.shape[0]
     weights = coefficients.reshape(-1, 4, num_basis)  # (P, 4, B)
     return torch.einsum("pqb,bhw->pqhw", weights, basis)
 
