@@ -30,14 +30,18 @@ if "FCOSWithBoxMasks" not in META_ARCH_REGISTRY:
     META_ARCH_REGISTRY.register(FCOSWithBoxMasks)
 
 
-def assert_masks_in_original_pixels(instances: Instances, height: int, width: int) -> None:
+def assert_masks_in_original_pixels(instances: Instances, height: int, width: int,
+                                    margin: float = 0.0) -> None:
     """Asserts detectron2's conventions for ``pred_masks`` of detections reported at
-    (height, width): one (H, W) bool mask per detection, each inside its box (rounded out
-    to whole pixels)."""
+    (height, width): one (H, W) bool mask per detection, each inside its box grown by
+    ``margin`` pixels (rounded out to whole pixels): a model whose masks come from a coarser
+    map than the image (SipMask: stride 2 of the input) may spill over by a cell or two."""
     masks = instances.pred_masks
     assert instances.image_size == (height, width)
     assert masks.dtype == torch.bool and tuple(masks.shape) == (len(instances), height, width)
-    ys, xs = torch.arange(height)[:, None], torch.arange(width)[None]
-    for mask, (x0, y0, x1, y1) in zip(masks.cpu(), instances.pred_boxes.tensor.cpu()):
-        inside = (xs >= x0.floor()) & (xs < x1.ceil()) & (ys >= y0.floor()) & (ys < y1.ceil())
-        assert not (mask & ~inside).any(), "a mask has pixels outside its box"
+    ys, xs = torch.arange(height)[:, None], torch.arange(width)[None]  # (H, 1), (1, W)
+    for mask, box in zip(masks.cpu(), instances.pred_boxes.tensor.cpu()):
+        x0, y0 = (box[:2] - margin).floor()
+        x1, y1 = (box[2:] + margin).ceil()
+        inside = (xs >= x0) & (xs < x1) & (ys >= y0) & (ys < y1)
+        assert not (mask & ~inside).any(), f"a mask has pixels outside its box {box.tolist()}"

@@ -77,6 +77,26 @@ def test_predictor_returns_masks_in_the_original_pixels_after_resizing(mask_cfg)
     assert found.pred_masks.any(dim=(1, 2)).all()
 
 
+def test_sipmask_predictor_returns_masks_in_the_original_pixels_after_resizing(tmp_path):
+    config = REPO / "configs" / "quickstart-sipmask.yaml"
+    if not config.is_file():
+        pytest.skip("configs/quickstart-sipmask.yaml is missing (the SipMask model is not here)")
+    cfg = get_cfg()
+    add_fcos_config(cfg)
+    cfg.merge_from_file(str(config))
+    # random weights: keep every candidate, and every pixel of positive mask probability
+    cfg.merge_from_list(["MODEL.DEVICE", "cpu", "MODEL.FCOS.INFERENCE_TH_TEST", "0.0",
+                         "TEST.DETECTIONS_PER_IMAGE", "10", "MODEL.SIPMASK.MASK_THRESHOLD", "0.0"])
+    torch.manual_seed(0)
+    cfg.MODEL.WEIGHTS = str(tmp_path / "sipmask.pth")
+    torch.save({"model": build_model(cfg).state_dict()}, cfg.MODEL.WEIGHTS)
+    image = np.random.default_rng(0).integers(0, 256, (80, 60, 3), dtype=np.uint8)
+    found = Predictor(cfg)(image)  # the model sees it at 128 x 96
+    assert len(found) > 0 and found.pred_masks.any()
+    # masks come from a stride-2 map: two of its cells, in original pixels
+    assert_masks_in_original_pixels(found, 80, 60, margin=2 * 2 * 80 / 128)
+
+
 def test_demo_writes_masks_into_its_picture_and_json(mask_cfg, tmp_path):
     spec = importlib.util.spec_from_file_location("demo_script", REPO / "demo" / "demo.py")
     demo = importlib.util.module_from_spec(spec)

@@ -317,8 +317,9 @@ def _prepare_datasets() -> None:
         ensure_synthetic_shapes(split, num_images=count)
 
 
-def _run_all(todo, jobs: int, output: Path, opts: List[str]) -> None:
-    """Runs each (contender, seed) in a child process, `jobs` at a time."""
+def _run_all(todo, jobs: int, output: Path, opts: List[str], script: str = __file__) -> None:
+    """Runs each (contender, seed) in a child process, `jobs` at a time: ``script --run NAME
+    --seed SEED --output OUTPUT OPTS`` (tools/mask_quality.py reuses it with its own)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join([str(REPO / "tools"), os.environ.get("PYTHONPATH", "")]))
     running = []
@@ -326,7 +327,7 @@ def _run_all(todo, jobs: int, output: Path, opts: List[str]) -> None:
         while todo and len(running) < jobs:
             name, seed = todo.pop(0)
             log = open(output / f"log-{name.replace(' ', '_')}-{seed}.txt", "w")
-            cmd = [sys.executable, __file__, "--run", name, "--seed", str(seed), "--output",
+            cmd = [sys.executable, script, "--run", name, "--seed", str(seed), "--output",
                    str(output), *opts]
             running.append((name, seed, subprocess.Popen(cmd, env=env, stdout=log,
                                                          stderr=subprocess.STDOUT), time.time()))

@@ -1,0 +1,128 @@
+"""tools/mask_quality.py, its plumbing only (the measurement itself is `make mask-quality`):
+both contenders share one regime and differ in the detector, Mask R-CNN trains on the
+shared trunk and returns masks, and the table reports mean, spread, range and latency."""
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from detectron2.modeling import build_model
+from detectron2.structures import BitMasks
+from detectron2.utils.events import EventStorage
+
+from fcos_d2.data import synthetic
+from synthetic_samples import sample
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tools"))
+
+import mask_quality as mq  # noqa: E402
+
+
+def test_contenders_share_the_regime_and_differ_only_in_the_detector():
+    sipmask, rcnn = (mq.setup_cfg(name, 1, "unused", 300, []) for name in mq.CONTENDERS)
+    assert mq.shared_regime(sipmask) == mq.shared_regime(rcnn)
+    assert rcnn.MODEL.META_ARCHITECTURE == "GeneralizedRCNN" and rcnn.MODEL.MASK_ON
+    assert (sipmask.DATASETS.TRAIN, sipmask.DATASETS.TEST) == \
+        (("synthetic_masks_train",), ("synthetic_masks_val",))
+    deepest = max(sipmask.MODEL.RESNETS.OUT_FEATURES)
+    stages = ["res2", "res3", "res4", "res5"]
+    assert rcnn.MODEL.RESNETS.OUT_FEATURES == stages[:stages.index(deepest) + 1]
+    assert rcnn.SEED == 1 and rcnn.SOLVER.MAX_ITER == 300
+
+
+def test_schedule_keeps_its_fractions_when_shortened():
+    cfg = mq.setup_cfg("mask-rcnn", 0, "unused", 330, [])
+    base = mq.setup_cfg("mask-rcnn", 0, "unused", 3300, [])
+    assert cfg.SOLVER.STEPS == tuple(round(s / 10) for s in base.SOLVER.STEPS)
+    assert cfg.SOLVER.WARMUP_ITERS == round(base.SOLVER.WARMUP_ITERS / 10)
+    assert cfg.TEST.EVAL_PERIOD == 0 and cfg.SOLVER.CHECKPOINT_PERIOD == 330
+    with pytest.raises(ValueError, match="unknown contender 'yolact'"):
+        mq.setup_cfg("yolact", 0, "unused", 10, [])
+
+
+def _with_masks(split: str, index: int) -> dict:
+    item = sample(split, index)
+    objects = synthetic.render_image(seed=synthetic.SPLIT_SEEDS[split], index=index)[1]
+    item["instances"].gt_masks = BitMasks(torch.stack(
+        [torch.from_numpy(o.visible_mask) for o in objects]).reshape(-1, 128, 128))
+    return item
+
+
+def test_mask_rcnn_trains_with_a_mask_loss_and_returns_masks_at_the_requested_size():
+    cfg = mq.setup_cfg("mask-rcnn", 0, "unused", 10, ["MODEL.FPN.OUT_CHANNELS", 32])
+    torch.manual_seed(0)
+    model = build_model(cfg)
+    with EventStorage():
+        losses = model([_with_masks("train", i) for i in (1, 2)])
+    assert {"loss_mask", "loss_cls", "loss_rpn_cls"} <= set(losses)
+    assert all(torch.isfinite(v) for v in losses.values())
+    model.eval()
+    with torch.no_grad():
+        found = model([{"image": sample("val", 0)["image"], "height": 64, "width": 80}])
+    masks = found[0]["instances"].pred_masks
+    assert masks.dtype == torch.bool and masks.shape[1:] == (64, 80)
+
+
+def test_table_reports_mask_ap_mean_spread_range_box_ap_and_latency():
+    def run(name, seed, mask_ap, box_ap, status="ok"):
+        return {"contender": name, "seed": seed, "status": status,
+                "mask": {"AP": mask_ap, "AP50": 2 * mask_ap, "AP75": mask_ap / 2},
+                "box": {"AP": box_ap}}
+
+    results = [run("mask-rcnn", 2, 30.0, 40.0), run("mask-rcnn", 0, 20.0, 30.0),
+               run("mask-rcnn", 1, 25.0, 35.0), run("sipmask", 0, 10.0, 12.0)]
+    table = mq.summarise(results, {"mask-rcnn": {"median_s": 0.0425}}, list(mq.CONTENDERS))
+    rows = table.splitlines()
+    assert rows[3] == ("| mask-rcnn | 0,1,2 | 25.0 | 5.0 | 20.0-30.0 | 50.0 | 12.5 | 35.0 | "
+                       "5.0 | 42.5 |")
+    assert rows[2] == "| sipmask | 0 | 10.0 | nan | 10.0-10.0 | 20.0 | 5.0 | 12.0 | nan | n/a |"
+    assert rows[1] == "|---|---|---|---|---|---|---|---|---|---|"
+
+
+def test_runs_are_reused_only_under_the_same_regime_and_the_table_is_written(
+        tmp_path, monkeypatch):
+    import json
+
+    import fcos_d2.data
+    import train_quality
+
+    regime = mq.shared_regime(mq.setup_cfg("mask-rcnn", 0, "", 20, []))
+    stale = dict(regime, SEED=99)  # e.g. an earlier run under another schedule or seed
+    rows = [{"contender": "mask-rcnn", "seed": 0, "status": "ok", "regime": regime,
+             "mask": {"AP": 5.0, "AP50": 9.0, "AP75": 4.0}, "box": {"AP": 6.0}},
+            {"contender": "mask-rcnn", "seed": 1, "status": "ok", "regime": stale,
+             "mask": {"AP": 50.0, "AP50": 90.0, "AP75": 40.0}, "box": {"AP": 60.0}}]
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    launched = []
+    monkeypatch.setattr(fcos_d2.data, "prepare_dataset", lambda name: None)
+    monkeypatch.setattr(train_quality, "_run_all",
+                        lambda todo, jobs, output, opts, script: launched.append((todo, opts)))
+    monkeypatch.setattr(mq, "measure_latency", lambda *args: {"mask-rcnn": {"median_s": 0.01}})
+    table = mq.main(["--contenders", "mask-rcnn", "--seeds", "0", "1", "--iters", "20",
+                     "--output", str(tmp_path)])  # seed 0 is reused, seed 1 runs again
+    assert launched == [([("mask-rcnn", 1)], ["--iters", "20", "--val-images", "300"])]
+    assert "| mask-rcnn | 0 | 5.0 |" in table  # the stale seed-1 row is not counted
+    assert (tmp_path / "table.md").read_text() == table + "\n"
+
+
+def test_one_run_trains_and_reports_the_box_and_mask_scores_of_its_evaluation(
+        tmp_path, monkeypatch):
+    import math
+
+    monkeypatch.setenv("FCOS_D2_DATASETS_CACHE", str(tmp_path / "cache"))
+    tiny = mq.val_dataset(2)  # the first 2 val images, generated under tmp_path
+    threads = torch.get_num_threads()  # run_one runs on one thread, as in its own process
+    try:
+        row = mq.run_one("sipmask", 0, str(tmp_path / "run"), 2,
+                         ["DATASETS.TRAIN", f"('{tiny}',)", "SOLVER.IMS_PER_BATCH", 2,
+                          "MODEL.FPN.OUT_CHANNELS", 32,  # every candidate: scores to rank
+                          "MODEL.FCOS.INFERENCE_TH_TEST", 0.0], val_images=2)
+    finally:
+        torch.set_num_threads(threads)
+    assert row["status"] == "ok" and row["iters"] == 2
+    assert set(row["box"]) == set(row["mask"]) == {"AP", "AP50", "AP75"}
+    scores = [*row["box"].values(), *row["mask"].values()]
+    assert all(math.isfinite(v) for v in scores), row
+    assert row["regime"]["DATASETS"] == [[tiny], [tiny]]
+    assert (tmp_path / "run" / "inference" / tiny / "summary.txt").is_file()
