@@ -38,6 +38,8 @@ from fcos_d2.engine.hooks import StopOnNonFiniteLoss
 from fcos_d2.engine.launch import add_launcher_arguments, launch
 from fcos_d2.engine.resumable_loader import build_resumable_train_loader
 from fcos_d2.engine.resume import ExactResume
+from fcos_d2.modeling.labelenc import (SaveFCOSWeights, build_labelenc_model,
+                                      extend_step1_schedule, init_step2_from_step1)
 from fcos_d2.visualization import save_loader_predictions
 
 logger = logging.getLogger("fcos_d2")
@@ -48,7 +50,8 @@ class Trainer(DefaultTrainer):
     that use FCOSDatasetMapper and drop invalid boxes, atomic checkpoints (FCOSCheckpointer),
     exact resume (data stream and RNG states in the checkpoints), a stop on a non-finite loss,
     SOLVER.AMP.ENABLED on the CPU (bf16 autocast; detectron2's AMPTrainer is CUDA-only), and
-    optionally no evaluation after the last iteration (``skip_final_eval``)."""
+    optionally no evaluation after the last iteration (``skip_final_eval``); LabelEnc's
+    training models for MODEL.LABELENC.STEP 1 and 2 (fcos_d2/modeling/labelenc)."""
 
     def __init__(self, cfg, skip_final_eval: bool = False):
         self.skip_final_eval = skip_final_eval  # read by build_hooks, in super().__init__
@@ -61,6 +64,24 @@ class Trainer(DefaultTrainer):
             self._trainer = CPUAMPTrainer.replacing(self._trainer, torch.bfloat16)
             if slow_bf16_warning():
                 logger.warning(slow_bf16_warning())
+
+    @classmethod
+    def build_model(cls, cfg):
+        if not cfg.MODEL.LABELENC.STEP:
+            return super().build_model(cfg)
+        model = build_labelenc_model(cfg)
+        logger.info(f"LabelEnc step {cfg.MODEL.LABELENC.STEP} model:\n{model}")
+        return model
+
+    def resume_or_load(self, resume=True):
+        """DefaultTrainer's; then, when LabelEnc step 2 starts (not resumes), the LEF, the
+        head and the FPN from the step-1 weights (MODEL.LABELENC.WEIGHTS)."""
+        resuming = resume and self.checkpointer.has_checkpoint()
+        super().resume_or_load(resume=resume)
+        if self.cfg.MODEL.LABELENC.STEP == 2 and not resuming:
+            model = self.model.module if isinstance(self.model, DistributedDataParallel) \
+                else self.model
+            init_step2_from_step1(model, self.cfg.MODEL.LABELENC.WEIGHTS)
 
     @classmethod
     def build_evaluator(cls, cfg, dataset_name, output_folder=None):
@@ -124,6 +145,8 @@ class Trainer(DefaultTrainer):
             eval_hook = next(h for h in hook_list if isinstance(h, hooks.EvalHook))
             hook_list[hook_list.index(eval_hook)] = _PeriodicEvalHook(
                 self.cfg.TEST.EVAL_PERIOD, eval_hook._func)
+        if self.cfg.MODEL.LABELENC.STEP == 2:  # also the plain FCOS weights at the end
+            hook_list.append(SaveFCOSWeights(self.cfg.OUTPUT_DIR))
         return hook_list
 
 
@@ -148,6 +171,7 @@ def setup(args):
     for name, json_file, image_root in args.register_coco:
         register_coco_dataset(name, json_file, image_root)
     check_num_classes([*cfg.DATASETS.TRAIN, *cfg.DATASETS.TEST], cfg.MODEL.FCOS.NUM_CLASSES)
+    extend_step1_schedule(cfg)  # LabelEnc step 1: MAX_ITER, STEPS + the distance warm-up
     cfg.freeze()
     default_setup(cfg, args)
     setup_logger(cfg.OUTPUT_DIR, distributed_rank=comm.get_rank(), name="fcos_d2")
