@@ -82,6 +82,24 @@ VARIANTS: Dict[str, List[str]] = OrderedDict([
                          "MODEL.FCOS.INFERENCE_TH_TEST", "0.2"]),
 ])
 RECIPE = "fcos-d2 recipe"  # the config file as it is
+# LabelEnc (fcos_d2/modeling/labelenc) on the recipe: step 1 with the distance-loss warm-up
+# added to REGIME (a third of it, as the official 30000 of 90000), then step 2 with REGIME
+# and the auxiliary loss for 8/9 of it (the official 80000 of 90000); one run does both,
+# step 2 starting from that seed's step 1. LEF width 16: res3-res5 as ResNet-18's.
+LABELENC = "fcos-d2 recipe+LabelEnc"
+LABELENC_WARMUP, LABELENC_AUXILIARY = 200, 533
+LABELENC_STEPS = {
+    1: ["MODEL.LABELENC.STEP", 1, "MODEL.LABELENC.LEF_WIDTH", 16,
+        "MODEL.LABELENC.DISTANCE_LOSS_WARMUP_ITERS", LABELENC_WARMUP],
+    2: ["MODEL.LABELENC.STEP", 2, "MODEL.LABELENC.LEF_WIDTH", 16,
+        "MODEL.LABELENC.AUXILIARY_LOSS_ITERS", LABELENC_AUXILIARY],
+}
+# The recipe trained as long as LabelEnc's two steps together (600 + 200 + 600), lr x0.1
+# at 5/6 of it as in REGIME: does LabelEnc beat training longer?
+SAME_ITERATIONS = "fcos-d2 recipe, LabelEnc's iterations"
+SCHEDULES: Dict[str, List] = {
+    SAME_ITERATIONS: ["SOLVER.MAX_ITER", 1400, "SOLVER.STEPS", (1167,)],
+}
 # Variants that change inference only: evaluated on the weights of their base contender's
 # runs (same training, so no second one). name -> (base contender, overrides).
 EVAL_VARIANTS: Dict[str, tuple] = OrderedDict([
@@ -93,7 +111,8 @@ EVAL_VARIANTS: Dict[str, tuple] = OrderedDict([
 def contender_names() -> List[str]:
     """The main contenders first, then the one-at-a-time variants."""
     variants = [f"fcos-d2 {v}" for v in VARIANTS if v != "official"] + list(EVAL_VARIANTS)
-    return ["fcos-d2 official", RECIPE, "detectron2", "torchvision"] + variants
+    return ["fcos-d2 official", RECIPE, "detectron2", "torchvision", LABELENC,
+            SAME_ITERATIONS] + variants
 
 
 # ---------------------------------------------------------------- one run (child process)
@@ -105,15 +124,17 @@ def contender_overrides(name: str) -> List[str]:
     if name in EVAL_VARIANTS:
         base, overrides = EVAL_VARIANTS[name]
         return contender_overrides(base) + overrides
-    if name.startswith("fcos-d2 ") and name != RECIPE:
+    if name.startswith("fcos-d2 ") and name[len("fcos-d2 "):] in VARIANTS:
         return OFFICIAL + VARIANTS[name[len("fcos-d2 "):]]
     return []
 
 
-def _setup_cfg(name: str, seed: int, output_dir: str, opts: List[str]):
+def _setup_cfg(name: str, seed: int, output_dir: str, opts: List[str], labelenc_step: int = 0):
+    """The config of contender `name` (for LABELENC: of its step `labelenc_step`)."""
     from detectron2.config import get_cfg
 
     from fcos_d2 import add_fcos_config
+    from fcos_d2.modeling.labelenc import extend_step1_schedule
 
     cfg = get_cfg()
     add_fcos_config(cfg)
@@ -121,8 +142,10 @@ def _setup_cfg(name: str, seed: int, output_dir: str, opts: List[str]):
     cfg.merge_from_list(contender_overrides(name))
     cfg.merge_from_list(["DATASETS.TRAIN", (TRAIN_NAME,), "DATASETS.TEST", (VAL_NAME,),
                          "DATALOADER.NUM_WORKERS", 0, "MODEL.DEVICE", "cpu", "SEED", seed,
-                         "OUTPUT_DIR", output_dir, *REGIME])
+                         "OUTPUT_DIR", output_dir, *REGIME, *SCHEDULES.get(name, [])])
+    cfg.merge_from_list(LABELENC_STEPS.get(labelenc_step, []))
     cfg.merge_from_list(opts)
+    extend_step1_schedule(cfg)  # as train_net.py: step 1 adds the warm-up to the schedule
     cfg.freeze()
     return cfg
 
@@ -138,10 +161,12 @@ def _register_datasets() -> None:
 
 def build_contender(name: str, cfg):
     """The detector of contender `name` on fcos-d2's backbone for `cfg`."""
-    from detectron2.modeling import build_backbone, build_model
+    from detectron2.modeling import build_backbone
+
+    from fcos_d2.modeling.labelenc import build_labelenc_model
 
     if name.startswith("fcos-d2"):
-        return build_model(cfg)
+        return build_labelenc_model(cfg)  # detectron2's build_model unless a LabelEnc step
     from train_quality_adapters import build_detectron2_fcos, build_torchvision_fcos
 
     builder = {"torchvision": build_torchvision_fcos, "detectron2": build_detectron2_fcos}[name]
@@ -152,30 +177,14 @@ def run_one(name: str, seed: int, output_dir: str, opts: List[str]) -> List[dict
     """Trains contender `name` with `seed`; returns its COCO box metrics and losses, then
     those of each inference-only variant based on it (``EVAL_VARIANTS``)."""
     import torch
-    from detectron2.data import build_detection_train_loader
-    from detectron2.engine import SimpleTrainer, hooks
-    from detectron2.solver import build_lr_scheduler, build_optimizer
-    from detectron2.utils.env import seed_all_rng
 
     torch.set_num_threads(1)
     _register_datasets()
+    if name == LABELENC:
+        return [run_labelenc(seed, output_dir, opts)]
     cfg = _setup_cfg(name, seed, output_dir, opts)
-    seed_all_rng(seed)
-    model = build_contender(name, cfg)
-    optimizer = build_optimizer(cfg, model)
-    scheduler = build_lr_scheduler(cfg, optimizer)
-    trainer = SimpleTrainer(model, build_detection_train_loader(cfg), optimizer)
-    recorder = _loss_recorder()
-    trainer.register_hooks([hooks.LRScheduler(optimizer, scheduler), recorder])
-    start = time.perf_counter()
-    status = "ok"
-    try:
-        trainer.train(0, cfg.SOLVER.MAX_ITER)
-    except FloatingPointError as error:  # SimpleTrainer's check of non-finite losses
-        status = f"diverged: {error}"
-    common = {"seed": seed, "status": status, "final_losses": recorder.tail(),
-              "train_seconds": round(time.perf_counter() - start, 1)}
-    if status != "ok":
+    model, common = train(name, cfg, seed)
+    if common["status"] != "ok":
         return [{"contender": name, "AP": 0.0, "AP50": 0.0, **common}]
     os.makedirs(output_dir, exist_ok=True)
     torch.save(model.state_dict(), os.path.join(output_dir, "model_final.pth"))
@@ -187,6 +196,71 @@ def run_one(name: str, seed: int, output_dir: str, opts: List[str]) -> List[dict
             variant_model.load_state_dict(model.state_dict())
             results.append({"contender": variant, **evaluate(variant_model, variant_cfg), **common})
     return results
+
+
+def train(name: str, cfg, seed: int, init=None):
+    """Builds contender `name` for `cfg` (then calls ``init(model)`` if given) and trains it
+    with the protocol's loader, optimizer and schedule; returns it and a dict of the run's
+    seed, status, final losses and training seconds."""
+    from detectron2.data import build_detection_train_loader
+    from detectron2.engine import SimpleTrainer, hooks
+    from detectron2.solver import build_lr_scheduler, build_optimizer
+    from detectron2.utils.env import seed_all_rng
+
+    seed_all_rng(seed)
+    model = build_contender(name, cfg)
+    if init is not None:
+        init(model)
+    optimizer = build_optimizer(cfg, model)
+    scheduler = build_lr_scheduler(cfg, optimizer)
+    trainer = SimpleTrainer(model, build_detection_train_loader(cfg), optimizer)
+    recorder = _loss_recorder()
+    trainer.register_hooks([hooks.LRScheduler(optimizer, scheduler), recorder])
+    start = time.perf_counter()
+    status = "ok"
+    try:
+        trainer.train(0, cfg.SOLVER.MAX_ITER)
+    except FloatingPointError as error:  # SimpleTrainer's check of non-finite losses
+        status = f"diverged: {error}"
+    return model, {"seed": seed, "status": status, "final_losses": recorder.tail(),
+                   "train_seconds": round(time.perf_counter() - start, 1)}
+
+
+def run_labelenc(seed: int, output_dir: str, opts: List[str]) -> dict:
+    """LabelEnc's step 1, then its step 2 from it; the AP is that of step 2's weights
+    loaded strictly into the plain recipe FCOS. Also reports step 1's detector AP and the
+    training seconds of each step."""
+    import torch
+
+    from fcos_d2.modeling.labelenc import fcos_state_dict, init_step2_from_step1
+
+    folders = {step: os.path.join(output_dir, f"step{step}") for step in (1, 2)}
+    cfg1 = _setup_cfg(LABELENC, seed, folders[1], opts, labelenc_step=1)
+    step1, common1 = train(LABELENC, cfg1, seed)
+    common = {**common1, "train_seconds_step1": common1["train_seconds"]}
+    if common1["status"] != "ok":
+        return {"contender": LABELENC, "AP": 0.0, "AP50": 0.0, **common}
+    os.makedirs(folders[1], exist_ok=True)
+    weights = os.path.join(folders[1], "model_final.pth")
+    torch.save({"model": step1.state_dict()}, weights)
+    step1_ap = evaluate(step1, cfg1)["AP"]
+    cfg2 = _setup_cfg(LABELENC, seed, folders[2], [*opts, "MODEL.LABELENC.WEIGHTS", weights],
+                      labelenc_step=2)
+    step2, common2 = train(LABELENC, cfg2, seed,
+                           init=lambda model: init_step2_from_step1(model, weights))
+    common = {**common2, "final_losses_step1": common1["final_losses"],
+              "train_seconds_step1": common1["train_seconds"],
+              "train_seconds_step2": common2["train_seconds"],
+              "train_seconds": round(common1["train_seconds"] + common2["train_seconds"], 1),
+              "step1_AP": step1_ap}
+    if common2["status"] != "ok":
+        return {"contender": LABELENC, "AP": 0.0, "AP50": 0.0, **common}
+    plain_cfg = _setup_cfg(RECIPE, seed, folders[2], opts)
+    plain = build_contender(RECIPE, plain_cfg)
+    plain.load_state_dict(fcos_state_dict(step2.state_dict()))  # strict: a plain FCOS
+    os.makedirs(folders[2], exist_ok=True)
+    torch.save(plain.state_dict(), os.path.join(folders[2], "model_final_fcos.pth"))
+    return {"contender": LABELENC, **evaluate(plain, plain_cfg), **common}
 
 
 def evaluate(model, cfg) -> Dict[str, float]:
@@ -260,6 +334,23 @@ def summarise(results: List[dict], names: List[str]) -> str:
     return "\n".join(rows)
 
 
+def summarise_times(results: List[dict], names: List[str]) -> str:
+    """A markdown table: per contender, the mean training seconds of a run (LabelEnc: of
+    each step too), and for LabelEnc the mean AP of step 1's detector."""
+    rows = ["| contender | training s (mean) | per step | step-1 detector AP |",
+            "|---|---|---|---|"]
+    for name in names:
+        runs = [r for r in results if r["contender"] == name and r["status"] == "ok"]
+        if not runs:
+            continue
+        mean = lambda key: statistics.mean(r[key] for r in runs)  # noqa: E731
+        steps = (f"{mean('train_seconds_step1'):.0f} + {mean('train_seconds_step2'):.0f}"
+                 if "train_seconds_step2" in runs[0] else "")
+        step1_ap = f"{mean('step1_AP'):.1f}" if "step1_AP" in runs[0] else ""
+        rows.append(f"| {name} | {mean('train_seconds'):.0f} | {steps} | {step1_ap} |")
+    return "\n".join(rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--contenders", nargs="+", default=["all"],
@@ -304,7 +395,8 @@ def main() -> None:
     todo = [(c, s) for s in args.seeds for c in to_train if (c, s) not in done]
     _run_all(todo, args.jobs, output, args.opts)
     # every contender with runs in the file, also those of earlier invocations
-    table = summarise(load_results(output / "results.jsonl"), names)
+    results = load_results(output / "results.jsonl")
+    table = summarise(results, names) + "\n\n" + summarise_times(results, names)
     (output / "table.md").write_text(table + "\n")
     print(table)
 
