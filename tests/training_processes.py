@@ -69,11 +69,15 @@ class TrainingProcesses:
 
 
 def _install_faults(kill_at: Optional[int], nan_at: Optional[int], record: Optional[str]):
-    from detectron2.utils.events import get_event_storage
-
+    from fcos_d2.modeling.labelenc import LabelEncStep1, LabelEncStep2
     from fcos_d2.modeling.meta_arch import FCOS
 
-    forward = FCOS.forward
+    for model_class in (FCOS, LabelEncStep1, LabelEncStep2):  # each has its own forward
+        model_class.forward = _with_faults(model_class.forward, kill_at, nan_at, record)
+
+
+def _with_faults(forward, kill_at: Optional[int], nan_at: Optional[int], record: Optional[str]):
+    from detectron2.utils.events import get_event_storage
 
     def forward_with_faults(self, batched_inputs):
         if not self.training:
@@ -90,7 +94,7 @@ def _install_faults(kill_at: Optional[int], nan_at: Optional[int], record: Optio
             losses["loss_fcos_cls"] = losses["loss_fcos_cls"] * float("nan")
         return losses
 
-    FCOS.forward = forward_with_faults
+    return forward_with_faults
 
 
 def _run_child(request: dict) -> None:
