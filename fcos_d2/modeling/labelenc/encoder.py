@@ -43,15 +43,22 @@ class _Bottleneck(nn.Module):
 
 class LabelEncodingFunction(Backbone):
     """The LEF's encoder: (N, K, H, W) label maps -> {"res2": (N, 4w, H/4, W/4), ...,
-    "res5": (N, 32w, H/32, W/32)}, a detectron2 backbone so that detectron2's FPN takes it."""
+    "res5": (N, 32w, H/32, W/32)} (those of ``out_features``), a detectron2 backbone so
+    that detectron2's FPN takes it."""
 
     def __init__(self, *, in_channels: int, width: int = 64,
-                 depth: Sequence[int] = (1, 2, 2, 1)):
+                 depth: Sequence[int] = (1, 2, 2, 1), out_features: Sequence[str] = STAGES):
+        """``out_features``: the stages returned; none deeper than the deepest is built
+        (unused parameters would stop DistributedDataParallel)."""
         super().__init__()
+        unknown = [f for f in out_features if f not in STAGES]
+        if unknown:
+            raise ValueError(f"LabelEnc's LEF gives {STAGES}, not {unknown} (MODEL.FPN.IN_FEATURES)")
+        self.stages = list(STAGES[:max(STAGES.index(f) for f in out_features) + 1])
         self.stem = nn.Conv2d(in_channels, 2 * width, 7, stride=2, padding=3)
         channels = 2 * width
         self._out_feature_channels, self._out_feature_strides = {}, {}
-        for i, (name, blocks) in enumerate(zip(STAGES, depth)):
+        for i, (name, blocks) in enumerate(zip(self.stages, depth)):
             mid = width * 2 ** i
             stage = [_Bottleneck(channels if b == 0 else 4 * mid, mid, 4 * mid, 2 if b == 0 else 1)
                      for b in range(blocks)]
@@ -59,19 +66,20 @@ class LabelEncodingFunction(Backbone):
             channels = 4 * mid
             self._out_feature_channels[name] = channels
             self._out_feature_strides[name] = 2 ** (i + 2)
-        self._out_features = list(STAGES)
+        self._out_features = list(out_features)
 
     def forward(self, x: Tensor) -> Dict[str, Tensor]:
         x = self.stem(x)
         outputs = {}
-        for name in STAGES:
+        for name in self.stages:
             x = getattr(self, name)(x)
             outputs[name] = x
-        return outputs
+        return {name: outputs[name] for name in self._out_features}
 
     def output_shape(self) -> Dict[str, ShapeSpec]:
         return {name: ShapeSpec(channels=self._out_feature_channels[name],
-                                stride=self._out_feature_strides[name]) for name in STAGES}
+                                stride=self._out_feature_strides[name])
+                for name in self._out_features}
 
 
 def build_label_encoder(cfg) -> FPN:
@@ -79,6 +87,9 @@ def build_label_encoder(cfg) -> FPN:
     puts on its ResNet: its outputs have the detector's feature names, strides and width,
     and its FPN's parameters the names of the detector's FPN."""
     node = cfg.MODEL.LABELENC
+    out_features = list(cfg.MODEL.FPN.IN_FEATURES)
+    if cfg.MODEL.FCOS.TOP_BLOCKS_IN == "res5" and "res5" not in out_features:
+        out_features.append("res5")  # P6 from C5 (original FCOS)
     encoder = LabelEncodingFunction(in_channels=cfg.MODEL.FCOS.NUM_CLASSES, width=node.LEF_WIDTH,
-                                    depth=node.LEF_DEPTH)
+                                    depth=node.LEF_DEPTH, out_features=out_features)
     return fcos_fpn(cfg, encoder)
