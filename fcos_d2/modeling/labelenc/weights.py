@@ -28,9 +28,9 @@ OFFICIAL_KEYS = ("label_encoding_function", "rpn", "roi_heads")
 
 _BODY_RULES: List[Tuple[str, Any]] = [
     (r"^body\.stage1\.(weight|bias)$", r"bottom_up.stem.\1"),
-    (r"^body\.stage(\d)\.(?:(\d+)\.)?con(\d)\.(weight|bias)$",
+    (r"^body\.stage([2-5])\.(?:(\d+)\.)?con([1-3])\.(weight|bias)$",
      lambda m: f"bottom_up.res{m[1]}.{m[2] or 0}.conv{m[3]}.{m[4]}"),
-    (r"^body\.stage(\d)\.(?:(\d+)\.)?downsample\.0\.weight$",
+    (r"^body\.stage([2-5])\.(?:(\d+)\.)?downsample\.0\.weight$",
      lambda m: f"bottom_up.res{m[1]}.{m[2] or 0}.shortcut.weight"),
 ]
 
