@@ -321,3 +321,40 @@ def test_step1_schedule_gets_the_warmup_added_and_the_others_do_not():
     cfg.MODEL.LABELENC.STEP = 1
     extend_step1_schedule(cfg)
     assert (cfg.SOLVER.MAX_ITER, cfg.SOLVER.STEPS) == (120000, (90000, 110000))
+
+
+def run_tool(monkeypatch, *argv):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "convert_official_labelenc", REPO / "tools" / "convert_official_labelenc.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    monkeypatch.setattr("sys.argv", ["convert_official_labelenc.py", *map(str, argv)])
+    tool.main()
+
+
+def test_converter_tool_checks_the_official_file_against_a_config(monkeypatch, tmp_path, capsys):
+    config = REPO / "configs" / "LabelEnc" / "FCOS-R18-small-data-step2.yaml"
+    cfg = get_cfg()
+    add_fcos_config(cfg)
+    cfg.merge_from_file(str(config))
+    cfg.merge_from_list(["MODEL.DEVICE", "cpu", "MODEL.LABELENC.STEP", 1])
+    torch.save(official_file(LabelEncStep1(cfg)), tmp_path / "official.pth")
+    run_tool(monkeypatch, tmp_path / "official.pth", tmp_path / "step1.pth", "--config-file", config)
+    assert "wrote" in capsys.readouterr().out
+    converted = torch.load(tmp_path / "step1.pth", weights_only=True)["model"]
+    assert converted.keys() == {k for k in LabelEncStep1(cfg).state_dict()
+                                if k.startswith(("label_encoder.", "head."))}
+    torch.save(official_file(build_labelenc_model(tiny_cfg("MODEL.LABELENC.STEP", 1))),
+               tmp_path / "other.pth")  # 3 classes, a narrower FPN and head
+    with pytest.raises(SystemExit, match=r"other\.pth: the LEF and head of .*FCOS-R18-small-"
+                                         r"data-step2\.yaml's model does not match the model"):
+        run_tool(monkeypatch, tmp_path / "other.pth", tmp_path / "x.pth", "--config-file", config)
+
+
+def test_converter_tool_strips_a_labelenc_checkpoint_to_plain_fcos(monkeypatch, tmp_path, step2):
+    torch.save({"model": step2.state_dict(), "iteration": 5}, tmp_path / "model_0000005.pth")
+    run_tool(monkeypatch, "--fcos-only", tmp_path / "model_0000005.pth", tmp_path / "fcos.pth")
+    build_model(tiny_cfg()).load_state_dict(
+        torch.load(tmp_path / "fcos.pth", weights_only=True)["model"])  # strict

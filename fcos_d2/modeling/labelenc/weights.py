@@ -76,7 +76,7 @@ def convert_official_labelenc(data: Dict[str, Any]) -> Dict[str, Tensor]:
     return converted
 
 
-def _check_matches(own: Dict[str, Tensor], state: Dict[str, Tensor], what: str) -> None:
+def check_matches(own: Dict[str, Tensor], state: Dict[str, Tensor], what: str) -> None:
     """Raises CheckpointMismatchError naming ``what`` and listing every key of ``state``
     missing, unexpected or of another shape than in ``own``."""
     missing = sorted(set(own) - set(state))
@@ -116,12 +116,12 @@ def init_step2_from_step1(model: nn.Module, path: str) -> None:
     for module, prefix, part in ((model.label_encoder, LEF_PREFIX, "the label encoder"),
                                  (model.head, HEAD_PREFIX, "the head")):
         part_state = _with_prefix(state, prefix)
-        _check_matches(module.state_dict(), part_state,
+        check_matches(module.state_dict(), part_state,
                        f"{path} (MODEL.LABELENC.WEIGHTS): {part}")
         module.load_state_dict(part_state)
     is_fpn = lambda key: not key.startswith("bottom_up.")  # noqa: E731
     fpn = {k: v for k, v in model.label_encoder.state_dict().items() if is_fpn(k)}
-    _check_matches({k: v for k, v in model.backbone.state_dict().items() if is_fpn(k)}, fpn,
+    check_matches({k: v for k, v in model.backbone.state_dict().items() if is_fpn(k)}, fpn,
                    f"{path}: the LEF's FPN, copied into the detector's")
     model.backbone.load_state_dict(fpn, strict=False)
 
