@@ -75,7 +75,7 @@ def runs(dataset, tmp_path_factory):
         finish(("s1", first["s1"]), ("s1_two", first["s1_two"]))
         assert server.wait(first["s1_killed"])[0] < 0
         second = [("s1_killed", start("s1_killed", STEP1, flags=["--skip-test", "--resume"])),
-                  ("s2", start("s2", step2(out["s1"]))),
+                  ("s2", start("s2", step2(out["s1"]), flags=())),  # with the final evaluation
                   ("s2_killed", start("s2_killed", step2(out["s1"]), kill_at=3))]
         finish(*second[:2])
         assert server.wait(second[2][1])[0] < 0
@@ -100,6 +100,11 @@ def test_a_step_killed_in_the_middle_and_resumed_ends_as_an_uninterrupted_run(ru
     difference = max_weight_difference(runs[step] / "model_final.pth",
                                        runs[f"{step}_killed"] / "model_final.pth")
     assert difference <= 1e-6, difference
+
+
+def test_step2_is_evaluated_as_the_detector_it_trains(runs):
+    summary = (runs["s2"] / "inference" / "tiny" / "summary.txt").read_text()
+    assert summary.count("== tiny |") == 1
 
 
 def test_step1_trains_with_two_cpu_workers(runs):
