@@ -20,7 +20,7 @@ import torch
 from detectron2.config import get_cfg
 from detectron2.data import MetadataCatalog, build_detection_test_loader
 from detectron2.engine import DefaultTrainer, default_argument_parser, default_setup, hooks
-from detectron2.evaluation import COCOEvaluator, verify_results
+from detectron2.evaluation import verify_results
 from detectron2.utils import comm
 from detectron2.utils.logger import setup_logger
 from torch.nn.parallel import DistributedDataParallel
@@ -32,8 +32,10 @@ from fcos_d2.data.boxes import filter_invalid_boxes_on_load
 from fcos_d2.data.mapper import FCOSDatasetMapper
 from fcos_d2.data.register import check_num_classes, register_coco_dataset
 from fcos_d2.evaluation import append_summaries, expected_results_verdict, iterations_trained
+from fcos_d2.report import ReportOptions
+from fcos_d2.report.evaluator import ReportingCOCOEvaluator
 from fcos_d2.engine import CPUAMPTrainer
-from fcos_d2.engine.amp import slow_bf16_warning
+from fcos_d2.engine.amp import cpu_autocast_dtype
 from fcos_d2.engine.hooks import StopOnNonFiniteLoss
 from fcos_d2.engine.launch import add_launcher_arguments, launch
 from fcos_d2.engine.resumable_loader import build_resumable_train_loader
@@ -49,7 +51,9 @@ class Trainer(DefaultTrainer):
     """DefaultTrainer with COCO box evaluation, a summary.txt per evaluation, data loaders
     that use FCOSDatasetMapper and drop invalid boxes, atomic checkpoints (FCOSCheckpointer),
     exact resume (data stream and RNG states in the checkpoints), a stop on a non-finite loss,
-    SOLVER.AMP.ENABLED on the CPU (bf16 autocast; detectron2's AMPTrainer is CUDA-only), and
+    SOLVER.AMP.ENABLED on the CPU (bf16 autocast where the CPU has native bf16, float32
+    elsewhere unless MODEL.FCOS.CPU_BF16 says "always"; detectron2's AMPTrainer is
+    CUDA-only), and
     optionally no evaluation after the last iteration (``skip_final_eval``); LabelEnc's
     training models for MODEL.LABELENC.STEP 1 and 2 (fcos_d2/modeling/labelenc)."""
 
@@ -60,10 +64,10 @@ class Trainer(DefaultTrainer):
             if cpu_amp:  # the AMPTrainer built there is replaced below, with its CUDA scaler
                 warnings.filterwarnings("ignore", message=".*GradScaler.*")
             super().__init__(cfg)
-        if cpu_amp:
-            self._trainer = CPUAMPTrainer.replacing(self._trainer, torch.bfloat16)
-            if slow_bf16_warning():
-                logger.warning(slow_bf16_warning())
+        if cpu_amp:  # bf16 where the CPU has it natively (MODEL.FCOS.CPU_BF16), else float32
+            precision = cpu_autocast_dtype(torch.bfloat16, cfg.MODEL.FCOS.CPU_BF16,
+                                           what="training", key="SOLVER.AMP.ENABLED")
+            self._trainer = CPUAMPTrainer.replacing(self._trainer, precision)
 
     @classmethod
     def build_model(cls, cfg):
@@ -87,9 +91,10 @@ class Trainer(DefaultTrainer):
     def build_evaluator(cls, cfg, dataset_name, output_folder=None):
         prepare_dataset(dataset_name)
         # Without detectron2's C++ extension, COCOEvaluator must use pycocotools' COCOeval.
-        return COCOEvaluator(dataset_name, tasks=("bbox",), use_fast_impl=compat.HAS_D2_EXTENSION,
-                             output_dir=output_folder or os.path.join(cfg.OUTPUT_DIR, "inference",
-                                                                      dataset_name))
+        return ReportingCOCOEvaluator(  # COCOEvaluator that also writes report.html
+            dataset_name, tasks=("bbox",), use_fast_impl=compat.HAS_D2_EXTENSION,
+            report=ReportOptions.from_config(cfg),
+            output_dir=output_folder or os.path.join(cfg.OUTPUT_DIR, "inference", dataset_name))
 
     @classmethod
     def build_train_loader(cls, cfg):

@@ -9,6 +9,7 @@ from .modeling import (FCOS, FCOSHead, FCOSProposalGenerator, FCOSWithTTA,  # no
                        build_fcos_resnet_fpn_backbone, fold_frozen_batchnorm)
 
 from .export import Predictor  # noqa: E402
+from . import model_zoo  # noqa: E402,F401  (fcos_d2.model_zoo.get(name), fcos-d2://NAME)
 
 # Side effect: registers the built-in datasets synthetic_shapes_{train,val} (generated on
 # first use, not at import).
@@ -17,4 +18,4 @@ from . import data  # noqa: E402,F401
 __version__ = "0.1.0"
 __all__ = ["add_fcos_config", "get_config_file", "build_fcos_resnet_fpn_backbone", "FCOS",
            "FCOSHead", "FCOSProposalGenerator", "FCOSWithTTA", "Predictor",
-           "fold_frozen_batchnorm"]
+           "fold_frozen_batchnorm", "model_zoo"]

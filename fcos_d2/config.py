@@ -9,12 +9,14 @@ loading: ``MODEL.WEIGHTS_ALLOW_PICKLE`` and ``MODEL.WEIGHTS_SHA256``; ``add_labe
 (fcos_d2/modeling/labelenc/config.py) adds ``MODEL.LABELENC``.
 """
 import re
-from pathlib import Path
 
 from detectron2.config import CfgNode as CN
 
-# The configs/ folder of the source checkout fcos_d2 is imported from (pip install -e).
-CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"
+from .project_files import project_dir
+from .report import add_report_config
+
+# configs/ of the installed package (pip install .) or of the source checkout (pip install -e).
+CONFIGS_DIR = project_dir() / "configs"
 
 
 def get_config_file(name: str) -> str:
@@ -22,23 +24,27 @@ def get_config_file(name: str) -> str:
     ``"lazy/fcos_R_50_FPN_1x.py"``, usable from any working directory.
 
     Raises:
-        FileNotFoundError: naming the path; configs/ ships with the source checkout, so
-            fcos-d2 must be installed from it (``pip install -e path/to/fcos-d2``).
+        FileNotFoundError: naming the path.
     """
     path = CONFIGS_DIR / name
     if not path.is_file():
-        raise FileNotFoundError(f"fcos-d2 config '{name}' not found: no file {path} (configs/ "
-                                "ships with the source checkout: install fcos-d2 with "
-                                "`pip install -e path/to/fcos-d2`)")
+        raise FileNotFoundError(f"fcos-d2 config '{name}' not found: no file {path} (the "
+                                f"configs are: {', '.join(_config_names())})")
     return str(path)
+
+
+def _config_names():
+    return sorted(str(p.relative_to(CONFIGS_DIR)) for p in CONFIGS_DIR.rglob("*")
+                  if p.suffix in (".yaml", ".py"))
 
 
 def add_fcos_config(cfg: CN) -> None:
     """Adds the ``MODEL.FCOS`` node (and ``add_checkpoint_config``'s keys) to ``cfg`` in
     place. Safe to call twice."""
     add_checkpoint_config(cfg)
+    add_report_config(cfg)  # TEST.REPORT: report.html after each evaluation
     from .modeling.labelenc.config import add_labelenc_config  # here: no import cycle
-    add_labelenc_config(cfg)
+    add_labelenc_config(cfg)  # MODEL.LABELENC: LabelEnc's two-step training
     if "FCOS" in cfg.MODEL:
         return
     cfg.MODEL.FCOS = _C = CN()
@@ -152,6 +158,12 @@ def add_fcos_config(cfg: CN) -> None:
     # fp16 GPUs); decoding, NMS and scores stay in float32. Training precision is
     # SOLVER.AMP.ENABLED (bf16 autocast on CPU, detectron2's fp16 AMP on GPU).
     _C.INFERENCE_DTYPE = "float32"
+    # Where bf16 may run on a CPU, for SOLVER.AMP.ENABLED (training) and INFERENCE_DTYPE
+    # "bfloat16": "auto" uses bf16 only on CPUs that compute it natively (AVX512-BF16 or AMX
+    # on x86, BF16 on ARM) and float32 elsewhere, saying so in one log line (emulated bf16
+    # trained the quickstart about 10x slower than float32 on an AVX2-only CPU); "always"
+    # uses bf16 on any CPU. GPUs are not affected.
+    _C.CPU_BF16 = "auto"
 
     # Layout. Keep conv weights and the input batch in channels_last (NHWC), the layout
     # oneDNN's CPU convolutions and tensor-core GPU convolutions run fastest in; results are

@@ -157,5 +157,6 @@ def test_get_config_file_finds_configs_from_anywhere_and_names_a_missing_one(tmp
     monkeypatch.chdir(tmp_path)
     assert Path(get_config_file("lazy/quickstart.py")) == REPO / "configs/lazy/quickstart.py"
     with pytest.raises(FileNotFoundError, match=r"'FCOS-R51.yaml' not found: no file .*"
-                                                r"configs/FCOS-R51.yaml .*pip install -e"):
+                                                r"configs/FCOS-R51.yaml \(the configs are: "
+                                                r".*FCOS-R50.yaml, .*lazy/quickstart.py"):
         get_config_file("FCOS-R51.yaml")

@@ -30,6 +30,7 @@ from detectron2.utils import comm  # noqa: E402
 from fcos_d2.checkpoint import FCOSCheckpointer  # noqa: E402
 from fcos_d2.data import prepare_dataset  # noqa: E402
 from fcos_d2.engine import CPUAMPTrainer  # noqa: E402
+from fcos_d2.engine.amp import cpu_autocast_dtype  # noqa: E402
 from fcos_d2.engine.launch import launch  # noqa: E402
 
 logger = logging.getLogger("fcos_d2")
@@ -56,7 +57,8 @@ def _ddp_model(model, cfg):
 
 def _trainer_class(cfg):
     """SimpleTrainer; with train.amp.enabled, detectron2's AMPTrainer on a GPU and
-    CPUAMPTrainer (bf16 autocast, no gradient scaler) on the CPU."""
+    CPUAMPTrainer (bf16 autocast, no gradient scaler) on the CPU, in float32 where the CPU
+    has no native bf16 unless train.amp.cpu_bf16 is "always"."""
     if not cfg.train.amp.enabled:
         return SimpleTrainer
     return CPUAMPTrainer if torch.device(cfg.train.device).type == "cpu" else AMPTrainer
@@ -71,6 +73,9 @@ def do_train(args, cfg) -> None:
     train_loader = instantiate(cfg.dataloader.train)
     model = _ddp_model(model, cfg)
     trainer = _trainer_class(cfg)(model, train_loader, optimizer)
+    if isinstance(trainer, CPUAMPTrainer):  # bf16 only where native, as in train_net.py
+        trainer.precision = cpu_autocast_dtype(torch.bfloat16, cfg.train.amp.get("cpu_bf16", "auto"),
+                                               what="training", key="train.amp.enabled")
     checkpointer = FCOSCheckpointer(model, cfg.train.output_dir, trainer=trainer)
     main_process = comm.is_main_process()
     trainer.register_hooks([

@@ -131,7 +131,9 @@ train = dict(
     output_dir="output/fcos_R_50_1x_lazy",
     init_checkpoint="detectron2://ImageNetPretrained/MSRA/R-50.pkl",
     max_iter=90000,
-    amp=dict(enabled=False),
+    # cpu_bf16: on a CPU, bf16 autocast only where the CPU has native bf16 ("auto"; float32
+    # elsewhere, said in the log) or "always" (MODEL.FCOS.CPU_BF16 of the YAML configs).
+    amp=dict(enabled=False, cpu_bf16="auto"),
     ddp=dict(broadcast_buffers=False, find_unused_parameters=False, fp16_compression=False),
     checkpointer=dict(period=5000, max_to_keep=100),
     eval_period=0,  # evaluate at the end only (TEST.EVAL_PERIOD 0)

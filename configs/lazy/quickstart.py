@@ -42,7 +42,9 @@ lr_multiplier.scheduler.num_updates = 3300
 lr_multiplier.warmup_length = 100 / 3300
 lr_multiplier.warmup_method = "linear"
 
-train.amp.enabled = True  # bf16 autocast on the CPU (CPUAMPTrainer), fp16 AMP on a GPU
+# bf16 autocast on a CPU with native bf16 (float32 on other CPUs: train.amp.cpu_bf16 "auto"),
+# fp16 AMP on a GPU
+train.amp.enabled = True
 train.output_dir = "output/quickstart_lazy"
 train.init_checkpoint = ""  # from scratch
 train.max_iter = 3300

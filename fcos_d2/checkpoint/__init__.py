@@ -1,10 +1,12 @@
 """Checkpoints: conversion of official FCOS and AdelaiDet checkpoints (and AdelaiDet configs)
 to fcos-d2's names, and FCOSCheckpointer (atomic saves, resume fallback, data-only loading,
-URL downloads with sha256, strict shape checks)."""
+URL downloads with sha256, strict shape checks, official and AdelaiDet layouts converted in
+memory)."""
 from .adelaidet import convert_adelaidet_key, convert_adelaidet_state_dict
 from .adelaidet_config import AdelaiDetConfigError, fcos_d2_config_from_adelaidet
 from .checkpointer import FCOSCheckpointer, WeightsMismatchError
 from .download import ChecksumMismatchError, download_weights, weights_cache_dir
+from .layouts import checkpoint_layout, convert_foreign_checkpoint
 from .official import (FROZEN_BN_EPS, CheckpointMismatchError, check_matches_model,
                        convert_official_key, convert_official_state_dict)
 from .safe_load import CheckpointReadError, UnsafeCheckpointError
@@ -14,4 +16,5 @@ __all__ = ["FROZEN_BN_EPS", "AdelaiDetConfigError", "CheckpointMismatchError",
            "convert_official_key", "convert_official_state_dict",
            "fcos_d2_config_from_adelaidet", "FCOSCheckpointer", "WeightsMismatchError",
            "ChecksumMismatchError", "download_weights", "weights_cache_dir",
-           "CheckpointReadError", "UnsafeCheckpointError"]
+           "CheckpointReadError", "UnsafeCheckpointError", "checkpoint_layout",
+           "convert_foreign_checkpoint"]

@@ -8,7 +8,10 @@
   with none readable it stops, naming the damaged file.
 - Files are read as data only (``safe_load``); a pickle that needs more than data loads
   only with ``allow_pickle``.
-- URL weights are downloaded into a cache and checked by sha256 (``download``).
+- URL weights are downloaded into a cache and checked by sha256 (``download``);
+  ``fcos-d2://NAME`` names a model of ``fcos_d2.model_zoo``.
+- Official FCOS and AdelaiDet checkpoints load as they are: recognised by their keys and
+  converted in memory, strictly, with a log line (``layouts``).
 - Weights that do not fit the model: when the weights are loaded to evaluate or to resume
   (``reinit_mismatched=False``), a tensor of another shape or a tensor of the model
   missing from the file is an error listing every one (unexpected extra tensors are only
@@ -27,6 +30,7 @@ from detectron2.config import CfgNode
 from ..config import checked_weights_sha256
 from .atomic import atomic_write
 from .download import check_sha256, download_weights, is_url
+from .layouts import convert_foreign_checkpoint
 from .safe_load import (CheckpointReadError, detectron_pickle_to_checkpoint, load_pickle_file,
                         load_torch_file, pycls_to_checkpoint, stored_iteration)
 
@@ -80,6 +84,7 @@ class FCOSCheckpointer(DetectionCheckpointer):
         self.cache_dir = cache_dir
         self._fine_tuning = False  # True while resume_or_load loads weights to start from
         self._read_ahead: Dict[str, Any] = {}  # file -> content read while looking for one
+        self._sources: Dict[str, str] = {}  # local copy -> the URL it was downloaded from
 
     @classmethod
     def from_config(cls, cfg: CfgNode, model: torch.nn.Module, save_dir: str = "", *,
@@ -113,8 +118,9 @@ class FCOSCheckpointer(DetectionCheckpointer):
         """As DetectionCheckpointer.load; URLs are downloaded first (see the module
         docstring), and a given sha256 is checked."""
         if path and is_url(path):
-            path = download_weights(path, sha256=self.sha256.get(path, ""),
-                                    cache_dir=self.cache_dir)
+            url, path = path, download_weights(path, sha256=self.sha256.get(path, ""),
+                                               cache_dir=self.cache_dir)
+            self._sources[path] = url
         elif path and path in self.sha256:
             check_sha256(path, self.sha256[path], source=path)
         if path and "://" not in path and not os.path.isfile(path):
@@ -178,7 +184,14 @@ class FCOSCheckpointer(DetectionCheckpointer):
         loaded = load_torch_file(filename, allow_pickle=self.allow_pickle)
         if filename.endswith(".pyth"):  # pycls, as detectron2 reads it
             return pycls_to_checkpoint(loaded)
-        return loaded if isinstance(loaded, dict) and "model" in loaded else {"model": loaded}
+        loaded = loaded if isinstance(loaded, dict) and "model" in loaded else {"model": loaded}
+        source = self._sources.get(filename, filename)
+        converted = convert_foreign_checkpoint(loaded, self.model, source=source) \
+            if isinstance(loaded["model"], dict) else None
+        if converted is None:
+            return loaded
+        self.logger.info(converted.pop("__converted__"))
+        return converted
 
     def _load_model(self, checkpoint: Dict[str, Any]):
         """DetectionCheckpointer's loading, then the shape policy of the module docstring."""

@@ -3,13 +3,17 @@
 The cache is ``$FCOS_D2_CACHE/weights`` (default ``~/.cache/fcos_d2/weights``); a URL
 ``https://host/a/b/name.pth`` is kept as ``<cache>/host/a/b/name.pth``, so files of the
 same name from different places do not collide. ``detectron2://name`` is detectron2's
-model zoo, ``https://dl.fbaipublicfiles.com/detectron2/name``.
+model zoo, ``https://dl.fbaipublicfiles.com/detectron2/name``; ``fcos-d2://NAME`` is a
+model of ``fcos_d2.model_zoo`` (the official FCOS and AdelaiDet weights).
 
-The expected sha256 is the one given (``MODEL.WEIGHTS_SHA256`` in train_net.py), else
-the one in the file name by the model-zoo convention ``name-<sha256 prefix>.ext`` that
-torch.hub and the official FCOS's ``cache_url`` follow: the first ``-<hex digits>.`` of the
-name, used only when it has at least 6 digits (``R-50.pkl`` carries no hash). A download
-whose hash differs is deleted, and the error gives both hashes.
+The expected sha256 is the one given (``MODEL.WEIGHTS_SHA256`` in train_net.py), else the
+model zoo's, else the one in the file name by the model-zoo convention
+``name-<sha256 prefix>.ext`` that torch.hub and the official FCOS's ``cache_url`` follow:
+the first ``-<hex digits>.`` of the name, used only when it has at least 6 digits
+(``R-50.pkl`` carries no hash). Where none is known, the first download's sha256 is
+recorded next to it (``<file>.sha256``, trust on first use) and is expected from then on:
+from the cached copy and from any later download of the URL. A download whose hash differs
+is deleted, and the error gives both hashes.
 """
 import hashlib
 import logging
@@ -23,6 +27,7 @@ from detectron2.utils.file_io import Detectron2Handler
 from iopath.common.file_io import file_lock
 from tqdm import tqdm
 
+from .. import model_zoo
 from .atomic import atomic_write
 
 logger = logging.getLogger(__name__)
@@ -44,15 +49,26 @@ def weights_cache_dir() -> str:
 
 
 def is_url(path: str) -> bool:
-    """Whether ``path`` is downloaded here: http(s):// or detectron2://."""
-    return path.startswith(("http://", "https://", Detectron2Handler.PREFIX))
+    """Whether ``path`` is downloaded here: http(s)://, detectron2:// or fcos-d2://."""
+    return path.startswith(("http://", "https://", Detectron2Handler.PREFIX, model_zoo.PREFIX))
 
 
 def resolve_url(url: str) -> str:
-    """The http(s) URL of ``url`` (detectron2:// -> its model-zoo address)."""
+    """The http(s) URL of ``url`` (detectron2:// and fcos-d2:// -> their model zoo's
+    address; KeyError for a name fcos-d2's model zoo does not have)."""
     if url.startswith(Detectron2Handler.PREFIX):
         return Detectron2Handler.S3_DETECTRON2_PREFIX + url[len(Detectron2Handler.PREFIX):]
+    if url.startswith(model_zoo.PREFIX):
+        return model_zoo.get_checkpoint_url(url)
     return url
+
+
+def known_sha256(url: str, target: str) -> str:
+    """The sha256 (prefix) ``url`` is known by: the model zoo's, else the one in its
+    file name, else the one recorded at its first download; "" if none."""
+    zoo = model_zoo.get_checkpoint_sha256(url) if url.startswith(model_zoo.PREFIX) else ""
+    recorded = _read_record(target)
+    return zoo or hash_prefix_in_name(os.path.basename(target)) or recorded
 
 
 def hash_prefix_in_name(filename: str) -> str:
@@ -97,8 +113,9 @@ def download_weights(url: str, *, sha256: str = "", cache_dir: Optional[str] = N
 
     Args:
         url: http(s):// or detectron2:// address of the file.
-        sha256: expected sha256 (or its first >= 6 hex digits); "" to use the one in the
-            file name, if any. A cached copy is checked again when a hash is known.
+        sha256: expected sha256 (or its first >= 6 hex digits); "" to use the one known
+            (``known_sha256``), if any; with none, the download's hash is recorded. A
+            cached copy is checked again whenever a hash is known.
         cache_dir: default ``weights_cache_dir()``.
         progress: show a progress bar while downloading.
 
@@ -107,18 +124,48 @@ def download_weights(url: str, *, sha256: str = "", cache_dir: Optional[str] = N
         OSError: the download failed (nothing is left in the cache).
     """
     target = cache_path(url, cache_dir or weights_cache_dir())
-    expected = sha256 or hash_prefix_in_name(os.path.basename(target))
     os.makedirs(os.path.dirname(target), exist_ok=True)
     with file_lock(target):  # one process downloads, the others then find it in the cache
+        expected = sha256 or known_sha256(url, target)
         if not os.path.isfile(target):
             _download(resolve_url(url), target, progress=progress)
         if expected:
-            try:
-                check_sha256(target, expected, source=f"{url} (downloaded to {target})")
-            except ChecksumMismatchError as error:
-                os.remove(target)
-                raise ChecksumMismatchError(f"{error}; the file was deleted") from None
+            _check_or_delete(url, target, expected)
+        else:
+            _record(target)
     return target
+
+
+def _check_or_delete(url: str, target: str, expected: str) -> None:
+    try:
+        check_sha256(target, expected, source=f"{url} (downloaded to {target})")
+    except ChecksumMismatchError as error:
+        os.remove(target)
+        hint = (f" (the sha256 recorded at its first download, in {_record_path(target)}: "
+                "delete that file if the publisher has replaced the file)"
+                if expected == _read_record(target) else "")
+        raise ChecksumMismatchError(f"{error}{hint}; the file was deleted") from None
+
+
+def _record_path(target: str) -> str:
+    return target + ".sha256"
+
+
+def _read_record(target: str) -> str:
+    """The sha256 recorded at ``target``'s first download, "" if none."""
+    try:
+        with open(_record_path(target)) as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        return ""
+
+
+def _record(target: str) -> None:
+    """Records ``target``'s sha256 (trust on first use: later downloads must match it)."""
+    digest = file_sha256(target)
+    atomic_write(_record_path(target), lambda f: f.write(digest.encode() + b"\n"))
+    logger.info(f"No sha256 is published for {os.path.basename(target)}; recorded this "
+                f"download's, {digest}, in {_record_path(target)}: later downloads must match it")
 
 
 def _download(url: str, target: str, *, progress: bool) -> None:

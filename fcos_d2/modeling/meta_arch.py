@@ -20,6 +20,7 @@ from detectron2.modeling.postprocessing import detector_postprocess
 from detectron2.structures import ImageList, Instances
 from torch import Tensor, nn
 
+from ..engine.amp import CPU_BF16_POLICIES, cpu_autocast_dtype
 from .assignment import assign_targets, compute_locations, level_size_ranges
 from .head import FCOSHead
 from .losses import (LOC_LOSS_TYPES, LOC_LOSS_WEIGHTINGS, LOSS_NORMALIZERS, EMANormaliser,
@@ -68,6 +69,7 @@ class FCOSBase(nn.Module):
         nms_thresh: float = 0.6,
         max_detections_per_image: int = 100,
         inference_dtype: str = "float32",
+        cpu_bf16: str = "auto",
         channels_last: bool = False,
     ):
         """``input_shape``: the features available (a backbone's ``output_shape()``)."""
@@ -83,7 +85,8 @@ class FCOSBase(nn.Module):
                                     ("LOSS_NORMALIZER", loss_normalizer, LOSS_NORMALIZERS),
                                     ("LOC_LOSS_WEIGHTING", loc_loss_weighting, LOC_LOSS_WEIGHTINGS),
                                     ("INFERENCE_TH_ON", score_thresh_on, THRESHOLD_ON),
-                                    ("INFERENCE_DTYPE", inference_dtype, tuple(INFERENCE_DTYPES))):
+                                    ("INFERENCE_DTYPE", inference_dtype, tuple(INFERENCE_DTYPES)),
+                                    ("CPU_BF16", cpu_bf16, CPU_BF16_POLICIES)):
             if value not in allowed:
                 raise ValueError(f"MODEL.FCOS.{key}: unknown '{value}', expected one of "
                                  f"{allowed}")
@@ -105,6 +108,7 @@ class FCOSBase(nn.Module):
         self.score_thresh_on = score_thresh_on
         self.nms_thresh, self.max_detections_per_image = nms_thresh, max_detections_per_image
         self.inference_dtype = INFERENCE_DTYPES[inference_dtype]
+        self.cpu_bf16 = cpu_bf16
         self.channels_last = channels_last
         if channels_last:  # 4-D weights only; loading a checkpoint copies into this layout
             self.to(memory_format=torch.channels_last)
@@ -134,6 +138,7 @@ class FCOSBase(nn.Module):
             "nms_thresh": fcos.NMS_TH_TEST,
             "max_detections_per_image": cfg.TEST.DETECTIONS_PER_IMAGE,
             "inference_dtype": fcos.INFERENCE_DTYPE,
+            "cpu_bf16": fcos.CPU_BF16,
             "channels_last": fcos.CHANNELS_LAST,
         }
 
@@ -273,6 +278,10 @@ class FCOS(FCOSBase):
     def _inference_autocast(self):
         """Autocast to ``inference_dtype`` at inference; training precision is the trainer's
         (SOLVER.AMP.ENABLED)."""
-        if self.training or self.inference_dtype == torch.float32:
+        dtype = self.inference_dtype
+        if self.device.type == "cpu":  # bf16 only where the CPU has it (MODEL.FCOS.CPU_BF16)
+            dtype = cpu_autocast_dtype(dtype, self.cpu_bf16, what="inference",
+                                       key="MODEL.FCOS.INFERENCE_DTYPE")
+        if self.training or dtype == torch.float32:
             return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=self.inference_dtype)
+        return torch.autocast(self.device.type, dtype=dtype)
