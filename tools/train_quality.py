@@ -28,6 +28,7 @@ Usage:
     python tools/train_quality.py [--contenders all|NAME ...] [--seeds 0 1 2] [--jobs 2]
                                   [--output DIR] [KEY VALUE ...]
     python tools/train_quality.py --list
+    python tools/train_quality.py --labelenc-cost 20   # seconds per training iteration
 """
 import argparse
 import json
@@ -351,6 +352,44 @@ def summarise_times(results: List[dict], names: List[str]) -> str:
     return "\n".join(rows)
 
 
+def labelenc_iteration_cost(repeats: int) -> str:
+    """A markdown table: the median seconds of one training iteration (forward, backward,
+    SGD step; the first batch of the protocol's loader; one thread) of the recipe and of
+    LabelEnc's two steps with their extra losses on, timed in turn in one process so that
+    other load hits all three alike; and each as a multiple of the recipe's."""
+    import torch
+    from detectron2.data import build_detection_train_loader
+    from detectron2.solver import build_optimizer
+    from detectron2.utils.events import EventStorage
+
+    torch.set_num_threads(1)
+    _register_datasets()
+    configs = {RECIPE: _setup_cfg(RECIPE, 0, "unused", []),
+               "LabelEnc step 1": _setup_cfg(LABELENC, 0, "unused", [], labelenc_step=1),
+               "LabelEnc step 2": _setup_cfg(LABELENC, 0, "unused", [], labelenc_step=2)}
+    models = {k: build_contender(RECIPE if k == RECIPE else LABELENC, cfg).train()
+              for k, cfg in configs.items()}
+    optimizers = {k: build_optimizer(configs[k], model) for k, model in models.items()}
+    batch = next(iter(build_detection_train_loader(configs[RECIPE])))
+    seconds = {k: [] for k in models}
+    # at this iteration step 1's distance loss and step 2's auxiliary loss are both on
+    with EventStorage(LABELENC_WARMUP):
+        for round_ in range(repeats + 1):  # round 0 warms up
+            for name, model in models.items():
+                start = time.perf_counter()
+                losses = model(batch)
+                optimizers[name].zero_grad()
+                sum(losses.values()).backward()
+                optimizers[name].step()
+                if round_:
+                    seconds[name].append(time.perf_counter() - start)
+    recipe = statistics.median(seconds[RECIPE])
+    rows = ["| training iteration | median s | x recipe |", "|---|---|---|"]
+    rows += [f"| {name} | {statistics.median(s):.3f} | {statistics.median(s) / recipe:.2f} |"
+             for name, s in seconds.items()]
+    return "\n".join(rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--contenders", nargs="+", default=["all"],
@@ -359,6 +398,9 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2, help="runs at once, one thread each")
     parser.add_argument("--output", default=str(REPO / "output" / "train_quality"))
     parser.add_argument("--list", action="store_true", help="print the contenders and exit")
+    parser.add_argument("--labelenc-cost", type=int, metavar="REPEATS",
+                        help="time training iterations of the recipe and LabelEnc's steps "
+                             "side by side (REPEATS rounds), print the table and exit")
     parser.add_argument("opts", nargs=argparse.REMAINDER, default=[],
                         help="config overrides for every contender (KEY VALUE ...); use a "
                              "separate --output for runs with other overrides")
@@ -379,6 +421,11 @@ def main() -> None:
         print("the installed detectron2 has no detectron2.modeling.meta_arch.fcos: the "
               "'detectron2' contender is left out")
         names.remove("detectron2")
+    if args.labelenc_cost:
+        import fcos_d2  # noqa: F401  (before detectron2)
+
+        print(labelenc_iteration_cost(args.labelenc_cost))
+        return
     if args.list:
         print("\n".join(names))
         return
