@@ -95,6 +95,13 @@ LABELENC_STEPS = {
     2: ["MODEL.LABELENC.STEP", 2, "MODEL.LABELENC.LEF_WIDTH", 16,
         "MODEL.LABELENC.AUXILIARY_LOSS_ITERS", LABELENC_AUXILIARY],
 }
+# Step-2 ablations, from the step 1 of LABELENC's run with the same seed: name -> overrides.
+# Without the auxiliary loss, step 2 differs from the recipe only by its start (head and FPN
+# from step 1): how much of LabelEnc's gain is that start?
+STEP2_VARIANTS: Dict[str, List] = OrderedDict([
+    ("fcos-d2 recipe+LabelEnc, step 2 without auxiliary loss",
+     ["MODEL.LABELENC.AUXILIARY_LOSS_ITERS", 0]),
+])
 # The recipe trained as long as LabelEnc's two steps together (600 + 200 + 600), lr x0.1
 # at 5/6 of it as in REGIME: does LabelEnc beat training longer?
 SAME_ITERATIONS = "fcos-d2 recipe, LabelEnc's iterations"
@@ -113,7 +120,7 @@ def contender_names() -> List[str]:
     """The main contenders first, then the one-at-a-time variants."""
     variants = [f"fcos-d2 {v}" for v in VARIANTS if v != "official"] + list(EVAL_VARIANTS)
     return ["fcos-d2 official", RECIPE, "detectron2", "torchvision", LABELENC,
-            SAME_ITERATIONS] + variants
+            SAME_ITERATIONS, *STEP2_VARIANTS] + variants
 
 
 # ---------------------------------------------------------------- one run (child process)
@@ -183,6 +190,8 @@ def run_one(name: str, seed: int, output_dir: str, opts: List[str]) -> List[dict
     _register_datasets()
     if name == LABELENC:
         return [run_labelenc(seed, output_dir, opts)]
+    if name in STEP2_VARIANTS:
+        return [run_step2_variant(name, seed, output_dir, opts)]
     cfg = _setup_cfg(name, seed, output_dir, opts)
     model, common = train(name, cfg, seed)
     if common["status"] != "ok":
@@ -233,35 +242,59 @@ def run_labelenc(seed: int, output_dir: str, opts: List[str]) -> dict:
     training seconds of each step."""
     import torch
 
+    folder = os.path.join(output_dir, "step1")
+    cfg1 = _setup_cfg(LABELENC, seed, folder, opts, labelenc_step=1)
+    step1, common1 = train(LABELENC, cfg1, seed)
+    if common1["status"] != "ok":
+        return {"contender": LABELENC, "AP": 0.0, "AP50": 0.0, **common1,
+                "train_seconds_step1": common1["train_seconds"]}
+    os.makedirs(folder, exist_ok=True)
+    weights = os.path.join(folder, "model_final.pth")
+    torch.save({"model": step1.state_dict()}, weights)
+    step1_record = {"final_losses_step1": common1["final_losses"], "step1_AP":
+                    evaluate(step1, cfg1)["AP"], "train_seconds_step1": common1["train_seconds"]}
+    return run_labelenc_step2(LABELENC, seed, output_dir, opts, weights, step1_record)
+
+
+def run_labelenc_step2(name: str, seed: int, output_dir: str, opts: List[str], weights: str,
+                       step1_record: dict) -> dict:
+    """LabelEnc's step 2 from the step-1 file `weights` (with contender `name`'s
+    overrides); the AP is that of its weights loaded strictly into the plain recipe FCOS."""
+    import torch
+
     from fcos_d2.modeling.labelenc import fcos_state_dict, init_step2_from_step1
 
-    folders = {step: os.path.join(output_dir, f"step{step}") for step in (1, 2)}
-    cfg1 = _setup_cfg(LABELENC, seed, folders[1], opts, labelenc_step=1)
-    step1, common1 = train(LABELENC, cfg1, seed)
-    common = {**common1, "train_seconds_step1": common1["train_seconds"]}
-    if common1["status"] != "ok":
-        return {"contender": LABELENC, "AP": 0.0, "AP50": 0.0, **common}
-    os.makedirs(folders[1], exist_ok=True)
-    weights = os.path.join(folders[1], "model_final.pth")
-    torch.save({"model": step1.state_dict()}, weights)
-    step1_ap = evaluate(step1, cfg1)["AP"]
-    cfg2 = _setup_cfg(LABELENC, seed, folders[2], [*opts, "MODEL.LABELENC.WEIGHTS", weights],
-                      labelenc_step=2)
-    step2, common2 = train(LABELENC, cfg2, seed,
+    folder = os.path.join(output_dir, "step2")
+    cfg2 = _setup_cfg(name, seed, folder, [*STEP2_VARIANTS.get(name, []), *opts,
+                                           "MODEL.LABELENC.WEIGHTS", weights], labelenc_step=2)
+    step2, common2 = train(name, cfg2, seed,
                            init=lambda model: init_step2_from_step1(model, weights))
-    common = {**common2, "final_losses_step1": common1["final_losses"],
-              "train_seconds_step1": common1["train_seconds"],
-              "train_seconds_step2": common2["train_seconds"],
-              "train_seconds": round(common1["train_seconds"] + common2["train_seconds"], 1),
-              "step1_AP": step1_ap}
+    common = {**common2, **step1_record, "train_seconds_step2": common2["train_seconds"],
+              "train_seconds": round(step1_record["train_seconds_step1"]
+                                     + common2["train_seconds"], 1)}
     if common2["status"] != "ok":
-        return {"contender": LABELENC, "AP": 0.0, "AP50": 0.0, **common}
-    plain_cfg = _setup_cfg(RECIPE, seed, folders[2], opts)
+        return {"contender": name, "AP": 0.0, "AP50": 0.0, **common}
+    plain_cfg = _setup_cfg(RECIPE, seed, folder, opts)
     plain = build_contender(RECIPE, plain_cfg)
     plain.load_state_dict(fcos_state_dict(step2.state_dict()))  # strict: a plain FCOS
-    os.makedirs(folders[2], exist_ok=True)
-    torch.save(plain.state_dict(), os.path.join(folders[2], "model_final_fcos.pth"))
-    return {"contender": LABELENC, **evaluate(plain, plain_cfg), **common}
+    os.makedirs(folder, exist_ok=True)
+    torch.save(plain.state_dict(), os.path.join(folder, "model_final_fcos.pth"))
+    return {"contender": name, **evaluate(plain, plain_cfg), **common}
+
+
+def run_step2_variant(name: str, seed: int, output_dir: str, opts: List[str]) -> dict:
+    """Step 2 of `name` (``STEP2_VARIANTS``) from the step-1 weights of LABELENC's run with
+    the same seed, which must have run first (in the same --output)."""
+    weights = os.path.join(os.path.dirname(output_dir), f"{LABELENC}-{seed}", "step1",
+                           "model_final.pth")
+    if not os.path.isfile(weights):
+        raise FileNotFoundError(f"{name} seed {seed} starts from {weights}: run the contender "
+                                f"'{LABELENC}' with this seed (and --output) first")
+    record = next(r for r in load_results(Path(output_dir).parents[1] / "results.jsonl")
+                  if r["contender"] == LABELENC and r["seed"] == seed)
+    step1_record = {k: record[k] for k in ("final_losses_step1", "step1_AP",
+                                           "train_seconds_step1")}
+    return run_labelenc_step2(name, seed, output_dir, opts, weights, step1_record)
 
 
 def evaluate(model, cfg) -> Dict[str, float]:
@@ -456,14 +489,24 @@ def _prepare_datasets() -> None:
         ensure_synthetic_shapes(split, num_images=count)
 
 
+def _next_ready(todo, running):
+    """The index of the first (contender, seed) of `todo` that can start: a step-2 variant
+    waits for LabelEnc's run of its seed, whose step 1 it starts from; None if none can."""
+    waiting = {(name, seed) for name, seed in todo} | {(r[0], r[1]) for r in running}
+    for index, (name, seed) in enumerate(todo):
+        if name not in STEP2_VARIANTS or (LABELENC, seed) not in waiting:
+            return index
+    return None
+
+
 def _run_all(todo, jobs: int, output: Path, opts: List[str]) -> None:
     """Runs each (contender, seed) in a child process, `jobs` at a time."""
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join([str(REPO / "tools"), os.environ.get("PYTHONPATH", "")]))
     running = []
     while todo or running:
-        while todo and len(running) < jobs:
-            name, seed = todo.pop(0)
+        while len(running) < jobs and _next_ready(todo, running) is not None:
+            name, seed = todo.pop(_next_ready(todo, running))
             log = open(output / f"log-{name.replace(' ', '_')}-{seed}.txt", "w")
             cmd = [sys.executable, __file__, "--run", name, "--seed", str(seed), "--output",
                    str(output), *opts]
