@@ -341,7 +341,8 @@ def test_converter_tool_checks_the_official_file_against_a_config(monkeypatch, t
     cfg.merge_from_file(str(config))
     cfg.merge_from_list(["MODEL.DEVICE", "cpu", "MODEL.LABELENC.STEP", 1])
     torch.save(official_file(LabelEncStep1(cfg)), tmp_path / "official.pth")
-    run_tool(monkeypatch, tmp_path / "official.pth", tmp_path / "step1.pth", "--config-file", config)
+    run_tool(monkeypatch, tmp_path / "official.pth", tmp_path / "step1.pth",
+             "--config-file", config)
     assert "wrote" in capsys.readouterr().out
     converted = torch.load(tmp_path / "step1.pth", weights_only=True)["model"]
     assert converted.keys() == {k for k in LabelEncStep1(cfg).state_dict()

@@ -114,7 +114,8 @@ def test_table_reports_mean_sample_std_and_range_over_seeds():
 
 def test_labelenc_contenders_follow_the_official_proportions_of_the_regime():
     step1 = tq._setup_cfg(tq.LABELENC, 0, "unused", [], labelenc_step=1)
-    assert (step1.MODEL.LABELENC.STEP, step1.SOLVER.MAX_ITER, step1.SOLVER.STEPS) == (1, 800, (700,))
+    assert (step1.MODEL.LABELENC.STEP, step1.SOLVER.MAX_ITER, step1.SOLVER.STEPS) == \
+        (1, 800, (700,))
     step2 = tq._setup_cfg(tq.LABELENC, 0, "unused", [], labelenc_step=2)
     assert (step2.MODEL.LABELENC.STEP, step2.SOLVER.MAX_ITER) == (2, 600)
     assert step2.MODEL.LABELENC.AUXILIARY_LOSS_ITERS == 533  # 8/9, as 80000 of 90000

@@ -53,7 +53,8 @@ class LabelEncodingFunction(Backbone):
         super().__init__()
         unknown = [f for f in out_features if f not in STAGES]
         if unknown:
-            raise ValueError(f"LabelEnc's LEF gives {STAGES}, not {unknown} (MODEL.FPN.IN_FEATURES)")
+            raise ValueError(f"LabelEnc's LEF gives {STAGES}, not {unknown} "
+                             "(MODEL.FPN.IN_FEATURES)")
         self.stages = list(STAGES[:max(STAGES.index(f) for f in out_features) + 1])
         self.stem = nn.Conv2d(in_channels, 2 * width, 7, stride=2, padding=3)
         channels = 2 * width

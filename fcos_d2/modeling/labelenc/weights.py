@@ -12,7 +12,8 @@ LEF's state dict (``body.*`` the encoder, ``fpn.*`` its FPN), "rpn": the FCOS he
 | body.stage{s}.con{j}.*  (a single block) | label_encoder.bottom_up.res{s}.0.conv{j}.*   |
 | body.stage{s}.{i}.con{j}.*               | label_encoder.bottom_up.res{s}.{i}.conv{j}.* |
 | body.stage{s}[.{i}].downsample.0.weight  | label_encoder.bottom_up.res{s}.{i}.shortcut.weight |
-| fpn.fpn_inner{n}.*, fpn.fpn_layer{n}.*   | label_encoder.fpn_lateral{n+1}.*, label_encoder.fpn_output{n+1}.* |
+| fpn.fpn_inner{n}.*                       | label_encoder.fpn_lateral{n+1}.*             |
+| fpn.fpn_layer{n}.*                       | label_encoder.fpn_output{n+1}.*              |
 | fpn.top_blocks.p6/p7.*                   | label_encoder.top_block.p6/p7.*              |
 | head.* (rpn)                             | head.*                                       |
 """
