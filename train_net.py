@@ -43,6 +43,8 @@ from fcos_d2.engine.preemption import SaveOnPreemption
 from fcos_d2.engine.resumable_loader import build_resumable_train_loader
 from fcos_d2.engine.resume import ExactResume
 from fcos_d2.engine.slurm import apply_slurm_environment
+from fcos_d2.modeling.labelenc import (SaveFCOSWeights, build_labelenc_model,
+                                      extend_step1_schedule, init_step2_from_step1)
 from fcos_d2.visualization import save_loader_predictions
 
 logger = logging.getLogger("fcos_d2")
@@ -57,7 +59,8 @@ class Trainer(DefaultTrainer):
     SOLVER.AMP.ENABLED on the CPU (bf16 autocast where the CPU has native bf16, float32
     elsewhere unless MODEL.FCOS.CPU_BF16 says "always"; detectron2's AMPTrainer is
     CUDA-only), and
-    optionally no evaluation after the last iteration (``skip_final_eval``)."""
+    optionally no evaluation after the last iteration (``skip_final_eval``); LabelEnc's
+    training models for MODEL.LABELENC.STEP 1 and 2 (fcos_d2/modeling/labelenc)."""
 
     def __init__(self, cfg, skip_final_eval: bool = False):
         self.skip_final_eval = skip_final_eval  # read by build_hooks, in super().__init__
@@ -70,6 +73,24 @@ class Trainer(DefaultTrainer):
             precision = cpu_autocast_dtype(torch.bfloat16, cfg.MODEL.FCOS.CPU_BF16,
                                            what="training", key="SOLVER.AMP.ENABLED")
             self._trainer = CPUAMPTrainer.replacing(self._trainer, precision)
+
+    @classmethod
+    def build_model(cls, cfg):
+        if not cfg.MODEL.LABELENC.STEP:
+            return super().build_model(cfg)
+        model = build_labelenc_model(cfg)
+        logger.info(f"LabelEnc step {cfg.MODEL.LABELENC.STEP} model:\n{model}")
+        return model
+
+    def resume_or_load(self, resume=True):
+        """DefaultTrainer's; then, when LabelEnc step 2 starts (not resumes), the LEF, the
+        head and the FPN from the step-1 weights (MODEL.LABELENC.WEIGHTS)."""
+        resuming = resume and self.checkpointer.has_checkpoint()
+        super().resume_or_load(resume=resume)
+        if self.cfg.MODEL.LABELENC.STEP == 2 and not resuming:
+            model = self.model.module if isinstance(self.model, DistributedDataParallel) \
+                else self.model
+            init_step2_from_step1(model, self.cfg.MODEL.LABELENC.WEIGHTS)
 
     @classmethod
     def build_evaluator(cls, cfg, dataset_name, output_folder=None, tasks=None):
@@ -145,6 +166,8 @@ class Trainer(DefaultTrainer):
             eval_hook = next(h for h in hook_list if isinstance(h, hooks.EvalHook))
             hook_list[hook_list.index(eval_hook)] = _PeriodicEvalHook(
                 self.cfg.TEST.EVAL_PERIOD, eval_hook._func)
+        if self.cfg.MODEL.LABELENC.STEP == 2:  # also the plain FCOS weights at the end
+            hook_list.append(SaveFCOSWeights(self.cfg.OUTPUT_DIR))
         return hook_list
 
 
@@ -169,6 +192,7 @@ def setup(args):
     for name, json_file, image_root in args.register_coco:
         register_coco_dataset(name, json_file, image_root)
     check_num_classes([*cfg.DATASETS.TRAIN, *cfg.DATASETS.TEST], cfg.MODEL.FCOS.NUM_CLASSES)
+    extend_step1_schedule(cfg)  # LabelEnc step 1: MAX_ITER, STEPS + the distance warm-up
     cfg.freeze()
     default_setup(cfg, args)
     setup_logger(cfg.OUTPUT_DIR, distributed_rank=comm.get_rank(), name="fcos_d2")

@@ -5,7 +5,8 @@ targets, centerness on the regression branch, P6/P7 from P5), which the official
 reports at 38.7 COCO AP for R-50 1x.
 
 ``add_checkpoint_config`` (called by ``add_fcos_config``) adds the keys of MODEL.WEIGHTS'
-loading: ``MODEL.WEIGHTS_ALLOW_PICKLE`` and ``MODEL.WEIGHTS_SHA256``.
+loading: ``MODEL.WEIGHTS_ALLOW_PICKLE`` and ``MODEL.WEIGHTS_SHA256``; ``add_labelenc_config``
+(fcos_d2/modeling/labelenc/config.py) adds ``MODEL.LABELENC``.
 """
 import re
 
@@ -44,6 +45,8 @@ def add_fcos_config(cfg: CN) -> None:
     add_report_config(cfg)  # TEST.REPORT: report.html after each evaluation
     from .modeling.sipmask.config import add_sipmask_config  # (not at import: no cycle)
     add_sipmask_config(cfg)
+    from .modeling.labelenc.config import add_labelenc_config  # here: no import cycle
+    add_labelenc_config(cfg)  # MODEL.LABELENC: LabelEnc's two-step training
     if "FCOS" in cfg.MODEL:
         return
     cfg.MODEL.FCOS = _C = CN()

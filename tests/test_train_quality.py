@@ -110,3 +110,22 @@ def test_table_reports_mean_sample_std_and_range_over_seeds():
     std = math.sqrt(((1 - 3) ** 2 + (2 - 3) ** 2 + (6 - 3) ** 2) / 2)
     assert table[2] == f"| a | 0,1,2 | 3.0 | {std:.1f} | 1.0-6.0 | 6.0 | {2 * std:.1f} |"
     assert "seed 0 diverged" in table[3]
+
+
+def test_labelenc_contenders_follow_the_official_proportions_of_the_regime():
+    step1 = tq._setup_cfg(tq.LABELENC, 0, "unused", [], labelenc_step=1)
+    assert (step1.MODEL.LABELENC.STEP, step1.SOLVER.MAX_ITER, step1.SOLVER.STEPS) == \
+        (1, 800, (700,))
+    step2 = tq._setup_cfg(tq.LABELENC, 0, "unused", [], labelenc_step=2)
+    assert (step2.MODEL.LABELENC.STEP, step2.SOLVER.MAX_ITER) == (2, 600)
+    assert step2.MODEL.LABELENC.AUXILIARY_LOSS_ITERS == 533  # 8/9, as 80000 of 90000
+    longer = tq._setup_cfg(tq.SAME_ITERATIONS, 0, "unused", [])
+    assert longer.SOLVER.MAX_ITER == 800 + 600 and longer.MODEL.LABELENC.STEP == 0
+
+
+def test_a_step2_variant_waits_for_labelenc_of_its_seed():
+    variant = next(iter(tq.STEP2_VARIANTS))
+    todo = [(variant, 0), (tq.LABELENC, 0), (variant, 1)]
+    assert tq._next_ready(todo, running=[]) == 1
+    assert tq._next_ready([(variant, 0)], running=[(tq.LABELENC, 0, None, 0.0)]) is None
+    assert tq._next_ready([(variant, 0)], running=[(tq.LABELENC, 1, None, 0.0)]) == 0

@@ -79,17 +79,26 @@ class TrainingProcesses:
 
 def _install_faults(kill_at: Optional[int], nan_at: Optional[int], record: Optional[str],
                     signals: dict, busy: dict, signal_during_save: dict):
-    from detectron2.utils.events import get_event_storage
-
     from fcos_d2.checkpoint import FCOSCheckpointer
+    from fcos_d2.modeling.labelenc import LabelEncStep1, LabelEncStep2
     from fcos_d2.modeling.meta_arch import FCOS
 
-    forward, save = FCOS.forward, FCOSCheckpointer.save
+    save = FCOSCheckpointer.save
 
     def save_with_signal(self, name, **kwargs):
         if name in signal_during_save:
             os.kill(os.getpid(), signal.Signals[signal_during_save[name]])
         return save(self, name, **kwargs)
+
+    for model_class in (FCOS, LabelEncStep1, LabelEncStep2):  # each has its own forward
+        model_class.forward = _with_faults(model_class.forward, kill_at, nan_at, record,
+                                           signals, busy)
+    FCOSCheckpointer.save = save_with_signal
+
+
+def _with_faults(forward, kill_at: Optional[int], nan_at: Optional[int], record: Optional[str],
+                 signals: dict, busy: dict):
+    from detectron2.utils.events import get_event_storage
 
     def forward_with_faults(self, batched_inputs):
         if not self.training:
@@ -111,8 +120,7 @@ def _install_faults(kill_at: Optional[int], nan_at: Optional[int], record: Optio
             losses["loss_fcos_cls"] = losses["loss_fcos_cls"] * float("nan")
         return losses
 
-    FCOS.forward = forward_with_faults
-    FCOSCheckpointer.save = save_with_signal
+    return forward_with_faults
 
 
 def _run_child(request: dict) -> None:

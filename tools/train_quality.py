@@ -28,6 +28,7 @@ Usage:
     python tools/train_quality.py [--contenders all|NAME ...] [--seeds 0 1 2] [--jobs 2]
                                   [--output DIR] [KEY VALUE ...]
     python tools/train_quality.py --list
+    python tools/train_quality.py --labelenc-cost 20   # seconds per training iteration
 """
 import argparse
 import json
@@ -82,6 +83,31 @@ VARIANTS: Dict[str, List[str]] = OrderedDict([
                          "MODEL.FCOS.INFERENCE_TH_TEST", "0.2"]),
 ])
 RECIPE = "fcos-d2 recipe"  # the config file as it is
+# LabelEnc (fcos_d2/modeling/labelenc) on the recipe: step 1 with the distance-loss warm-up
+# added to REGIME (a third of it, as the official 30000 of 90000), then step 2 with REGIME
+# and the auxiliary loss for 8/9 of it (the official 80000 of 90000); one run does both,
+# step 2 starting from that seed's step 1. LEF width 16: res3-res5 as ResNet-18's.
+LABELENC = "fcos-d2 recipe+LabelEnc"
+LABELENC_WARMUP, LABELENC_AUXILIARY = 200, 533
+LABELENC_STEPS = {
+    1: ["MODEL.LABELENC.STEP", 1, "MODEL.LABELENC.LEF_WIDTH", 16,
+        "MODEL.LABELENC.DISTANCE_LOSS_WARMUP_ITERS", LABELENC_WARMUP],
+    2: ["MODEL.LABELENC.STEP", 2, "MODEL.LABELENC.LEF_WIDTH", 16,
+        "MODEL.LABELENC.AUXILIARY_LOSS_ITERS", LABELENC_AUXILIARY],
+}
+# Step-2 ablations, from the step 1 of LABELENC's run with the same seed: name -> overrides.
+# Without the auxiliary loss, step 2 differs from the recipe only by its start (head and FPN
+# from step 1): how much of LabelEnc's gain is that start?
+STEP2_VARIANTS: Dict[str, List] = OrderedDict([
+    ("fcos-d2 recipe+LabelEnc, step 2 without auxiliary loss",
+     ["MODEL.LABELENC.AUXILIARY_LOSS_ITERS", 0]),
+])
+# The recipe trained as long as LabelEnc's two steps together (600 + 200 + 600), lr x0.1
+# at 5/6 of it as in REGIME: does LabelEnc beat training longer?
+SAME_ITERATIONS = "fcos-d2 recipe, LabelEnc's iterations"
+SCHEDULES: Dict[str, List] = {
+    SAME_ITERATIONS: ["SOLVER.MAX_ITER", 1400, "SOLVER.STEPS", (1167,)],
+}
 # Variants that change inference only: evaluated on the weights of their base contender's
 # runs (same training, so no second one). name -> (base contender, overrides).
 EVAL_VARIANTS: Dict[str, tuple] = OrderedDict([
@@ -93,7 +119,8 @@ EVAL_VARIANTS: Dict[str, tuple] = OrderedDict([
 def contender_names() -> List[str]:
     """The main contenders first, then the one-at-a-time variants."""
     variants = [f"fcos-d2 {v}" for v in VARIANTS if v != "official"] + list(EVAL_VARIANTS)
-    return ["fcos-d2 official", RECIPE, "detectron2", "torchvision"] + variants
+    return ["fcos-d2 official", RECIPE, "detectron2", "torchvision", LABELENC,
+            SAME_ITERATIONS, *STEP2_VARIANTS] + variants
 
 
 # ---------------------------------------------------------------- one run (child process)
@@ -105,15 +132,17 @@ def contender_overrides(name: str) -> List[str]:
     if name in EVAL_VARIANTS:
         base, overrides = EVAL_VARIANTS[name]
         return contender_overrides(base) + overrides
-    if name.startswith("fcos-d2 ") and name != RECIPE:
+    if name.startswith("fcos-d2 ") and name[len("fcos-d2 "):] in VARIANTS:
         return OFFICIAL + VARIANTS[name[len("fcos-d2 "):]]
     return []
 
 
-def _setup_cfg(name: str, seed: int, output_dir: str, opts: List[str]):
+def _setup_cfg(name: str, seed: int, output_dir: str, opts: List[str], labelenc_step: int = 0):
+    """The config of contender `name` (for LABELENC: of its step `labelenc_step`)."""
     from detectron2.config import get_cfg
 
     from fcos_d2 import add_fcos_config
+    from fcos_d2.modeling.labelenc import extend_step1_schedule
 
     cfg = get_cfg()
     add_fcos_config(cfg)
@@ -121,8 +150,10 @@ def _setup_cfg(name: str, seed: int, output_dir: str, opts: List[str]):
     cfg.merge_from_list(contender_overrides(name))
     cfg.merge_from_list(["DATASETS.TRAIN", (TRAIN_NAME,), "DATASETS.TEST", (VAL_NAME,),
                          "DATALOADER.NUM_WORKERS", 0, "MODEL.DEVICE", "cpu", "SEED", seed,
-                         "OUTPUT_DIR", output_dir, *REGIME])
+                         "OUTPUT_DIR", output_dir, *REGIME, *SCHEDULES.get(name, [])])
+    cfg.merge_from_list(LABELENC_STEPS.get(labelenc_step, []))
     cfg.merge_from_list(opts)
+    extend_step1_schedule(cfg)  # as train_net.py: step 1 adds the warm-up to the schedule
     cfg.freeze()
     return cfg
 
@@ -138,10 +169,12 @@ def _register_datasets() -> None:
 
 def build_contender(name: str, cfg):
     """The detector of contender `name` on fcos-d2's backbone for `cfg`."""
-    from detectron2.modeling import build_backbone, build_model
+    from detectron2.modeling import build_backbone
+
+    from fcos_d2.modeling.labelenc import build_labelenc_model
 
     if name.startswith("fcos-d2"):
-        return build_model(cfg)
+        return build_labelenc_model(cfg)  # detectron2's build_model unless a LabelEnc step
     from train_quality_adapters import build_detectron2_fcos, build_torchvision_fcos
 
     builder = {"torchvision": build_torchvision_fcos, "detectron2": build_detectron2_fcos}[name]
@@ -152,30 +185,16 @@ def run_one(name: str, seed: int, output_dir: str, opts: List[str]) -> List[dict
     """Trains contender `name` with `seed`; returns its COCO box metrics and losses, then
     those of each inference-only variant based on it (``EVAL_VARIANTS``)."""
     import torch
-    from detectron2.data import build_detection_train_loader
-    from detectron2.engine import SimpleTrainer, hooks
-    from detectron2.solver import build_lr_scheduler, build_optimizer
-    from detectron2.utils.env import seed_all_rng
 
     torch.set_num_threads(1)
     _register_datasets()
+    if name == LABELENC:
+        return [run_labelenc(seed, output_dir, opts)]
+    if name in STEP2_VARIANTS:
+        return [run_step2_variant(name, seed, output_dir, opts)]
     cfg = _setup_cfg(name, seed, output_dir, opts)
-    seed_all_rng(seed)
-    model = build_contender(name, cfg)
-    optimizer = build_optimizer(cfg, model)
-    scheduler = build_lr_scheduler(cfg, optimizer)
-    trainer = SimpleTrainer(model, build_detection_train_loader(cfg), optimizer)
-    recorder = _loss_recorder()
-    trainer.register_hooks([hooks.LRScheduler(optimizer, scheduler), recorder])
-    start = time.perf_counter()
-    status = "ok"
-    try:
-        trainer.train(0, cfg.SOLVER.MAX_ITER)
-    except FloatingPointError as error:  # SimpleTrainer's check of non-finite losses
-        status = f"diverged: {error}"
-    common = {"seed": seed, "status": status, "final_losses": recorder.tail(),
-              "train_seconds": round(time.perf_counter() - start, 1)}
-    if status != "ok":
+    model, common = train(name, cfg, seed)
+    if common["status"] != "ok":
         return [{"contender": name, "AP": 0.0, "AP50": 0.0, **common}]
     os.makedirs(output_dir, exist_ok=True)
     torch.save(model.state_dict(), os.path.join(output_dir, "model_final.pth"))
@@ -187,6 +206,95 @@ def run_one(name: str, seed: int, output_dir: str, opts: List[str]) -> List[dict
             variant_model.load_state_dict(model.state_dict())
             results.append({"contender": variant, **evaluate(variant_model, variant_cfg), **common})
     return results
+
+
+def train(name: str, cfg, seed: int, init=None):
+    """Builds contender `name` for `cfg` (then calls ``init(model)`` if given) and trains it
+    with the protocol's loader, optimizer and schedule; returns it and a dict of the run's
+    seed, status, final losses and training seconds."""
+    from detectron2.data import build_detection_train_loader
+    from detectron2.engine import SimpleTrainer, hooks
+    from detectron2.solver import build_lr_scheduler, build_optimizer
+    from detectron2.utils.env import seed_all_rng
+
+    seed_all_rng(seed)
+    model = build_contender(name, cfg)
+    if init is not None:
+        init(model)
+    optimizer = build_optimizer(cfg, model)
+    scheduler = build_lr_scheduler(cfg, optimizer)
+    trainer = SimpleTrainer(model, build_detection_train_loader(cfg), optimizer)
+    recorder = _loss_recorder()
+    trainer.register_hooks([hooks.LRScheduler(optimizer, scheduler), recorder])
+    start = time.perf_counter()
+    status = "ok"
+    try:
+        trainer.train(0, cfg.SOLVER.MAX_ITER)
+    except FloatingPointError as error:  # SimpleTrainer's check of non-finite losses
+        status = f"diverged: {error}"
+    return model, {"seed": seed, "status": status, "final_losses": recorder.tail(),
+                   "train_seconds": round(time.perf_counter() - start, 1)}
+
+
+def run_labelenc(seed: int, output_dir: str, opts: List[str]) -> dict:
+    """LabelEnc's step 1, then its step 2 from it; the AP is that of step 2's weights
+    loaded strictly into the plain recipe FCOS. Also reports step 1's detector AP and the
+    training seconds of each step."""
+    import torch
+
+    folder = os.path.join(output_dir, "step1")
+    cfg1 = _setup_cfg(LABELENC, seed, folder, opts, labelenc_step=1)
+    step1, common1 = train(LABELENC, cfg1, seed)
+    if common1["status"] != "ok":
+        return {"contender": LABELENC, "AP": 0.0, "AP50": 0.0, **common1,
+                "train_seconds_step1": common1["train_seconds"]}
+    os.makedirs(folder, exist_ok=True)
+    weights = os.path.join(folder, "model_final.pth")
+    torch.save({"model": step1.state_dict()}, weights)
+    step1_record = {"final_losses_step1": common1["final_losses"], "step1_AP":
+                    evaluate(step1, cfg1)["AP"], "train_seconds_step1": common1["train_seconds"]}
+    return run_labelenc_step2(LABELENC, seed, output_dir, opts, weights, step1_record)
+
+
+def run_labelenc_step2(name: str, seed: int, output_dir: str, opts: List[str], weights: str,
+                       step1_record: dict) -> dict:
+    """LabelEnc's step 2 from the step-1 file `weights` (with contender `name`'s
+    overrides); the AP is that of its weights loaded strictly into the plain recipe FCOS."""
+    import torch
+
+    from fcos_d2.modeling.labelenc import fcos_state_dict, init_step2_from_step1
+
+    folder = os.path.join(output_dir, "step2")
+    cfg2 = _setup_cfg(name, seed, folder, [*STEP2_VARIANTS.get(name, []), *opts,
+                                           "MODEL.LABELENC.WEIGHTS", weights], labelenc_step=2)
+    step2, common2 = train(name, cfg2, seed,
+                           init=lambda model: init_step2_from_step1(model, weights))
+    common = {**common2, **step1_record, "train_seconds_step2": common2["train_seconds"],
+              "train_seconds": round(step1_record["train_seconds_step1"]
+                                     + common2["train_seconds"], 1)}
+    if common2["status"] != "ok":
+        return {"contender": name, "AP": 0.0, "AP50": 0.0, **common}
+    plain_cfg = _setup_cfg(RECIPE, seed, folder, opts)
+    plain = build_contender(RECIPE, plain_cfg)
+    plain.load_state_dict(fcos_state_dict(step2.state_dict()))  # strict: a plain FCOS
+    os.makedirs(folder, exist_ok=True)
+    torch.save(plain.state_dict(), os.path.join(folder, "model_final_fcos.pth"))
+    return {"contender": name, **evaluate(plain, plain_cfg), **common}
+
+
+def run_step2_variant(name: str, seed: int, output_dir: str, opts: List[str]) -> dict:
+    """Step 2 of `name` (``STEP2_VARIANTS``) from the step-1 weights of LABELENC's run with
+    the same seed, which must have run first (in the same --output)."""
+    weights = os.path.join(os.path.dirname(output_dir), f"{LABELENC}-{seed}", "step1",
+                           "model_final.pth")
+    if not os.path.isfile(weights):
+        raise FileNotFoundError(f"{name} seed {seed} starts from {weights}: run the contender "
+                                f"'{LABELENC}' with this seed (and --output) first")
+    record = next(r for r in load_results(Path(output_dir).parents[1] / "results.jsonl")
+                  if r["contender"] == LABELENC and r["seed"] == seed)
+    step1_record = {k: record[k] for k in ("final_losses_step1", "step1_AP",
+                                           "train_seconds_step1")}
+    return run_labelenc_step2(name, seed, output_dir, opts, weights, step1_record)
 
 
 def evaluate(model, cfg) -> Dict[str, float]:
@@ -260,6 +368,61 @@ def summarise(results: List[dict], names: List[str]) -> str:
     return "\n".join(rows)
 
 
+def summarise_times(results: List[dict], names: List[str]) -> str:
+    """A markdown table: per contender, the mean training seconds of a run (LabelEnc: of
+    each step too), and for LabelEnc the mean AP of step 1's detector."""
+    rows = ["| contender | training s (mean) | per step | step-1 detector AP |",
+            "|---|---|---|---|"]
+    for name in names:
+        runs = [r for r in results if r["contender"] == name and r["status"] == "ok"]
+        if not runs:
+            continue
+        mean = lambda key: statistics.mean(r[key] for r in runs)  # noqa: E731
+        steps = (f"{mean('train_seconds_step1'):.0f} + {mean('train_seconds_step2'):.0f}"
+                 if "train_seconds_step2" in runs[0] else "")
+        step1_ap = f"{mean('step1_AP'):.1f}" if "step1_AP" in runs[0] else ""
+        rows.append(f"| {name} | {mean('train_seconds'):.0f} | {steps} | {step1_ap} |")
+    return "\n".join(rows)
+
+
+def labelenc_iteration_cost(repeats: int) -> str:
+    """A markdown table: the median seconds of one training iteration (forward, backward,
+    SGD step; the first batch of the protocol's loader; one thread) of the recipe and of
+    LabelEnc's two steps with their extra losses on, timed in turn in one process so that
+    other load hits all three alike; and each as a multiple of the recipe's."""
+    import torch
+    from detectron2.data import build_detection_train_loader
+    from detectron2.solver import build_optimizer
+    from detectron2.utils.events import EventStorage
+
+    torch.set_num_threads(1)
+    _register_datasets()
+    configs = {RECIPE: _setup_cfg(RECIPE, 0, "unused", []),
+               "LabelEnc step 1": _setup_cfg(LABELENC, 0, "unused", [], labelenc_step=1),
+               "LabelEnc step 2": _setup_cfg(LABELENC, 0, "unused", [], labelenc_step=2)}
+    models = {k: build_contender(RECIPE if k == RECIPE else LABELENC, cfg).train()
+              for k, cfg in configs.items()}
+    optimizers = {k: build_optimizer(configs[k], model) for k, model in models.items()}
+    batch = next(iter(build_detection_train_loader(configs[RECIPE])))
+    seconds = {k: [] for k in models}
+    # at this iteration step 1's distance loss and step 2's auxiliary loss are both on
+    with EventStorage(LABELENC_WARMUP):
+        for round_ in range(repeats + 1):  # round 0 warms up
+            for name, model in models.items():
+                start = time.perf_counter()
+                losses = model(batch)
+                optimizers[name].zero_grad()
+                sum(losses.values()).backward()
+                optimizers[name].step()
+                if round_:
+                    seconds[name].append(time.perf_counter() - start)
+    recipe = statistics.median(seconds[RECIPE])
+    rows = ["| training iteration | median s | x recipe |", "|---|---|---|"]
+    rows += [f"| {name} | {statistics.median(s):.3f} | {statistics.median(s) / recipe:.2f} |"
+             for name, s in seconds.items()]
+    return "\n".join(rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--contenders", nargs="+", default=["all"],
@@ -268,6 +431,9 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2, help="runs at once, one thread each")
     parser.add_argument("--output", default=str(REPO / "output" / "train_quality"))
     parser.add_argument("--list", action="store_true", help="print the contenders and exit")
+    parser.add_argument("--labelenc-cost", type=int, metavar="REPEATS",
+                        help="time training iterations of the recipe and LabelEnc's steps "
+                             "side by side (REPEATS rounds), print the table and exit")
     parser.add_argument("opts", nargs=argparse.REMAINDER, default=[],
                         help="config overrides for every contender (KEY VALUE ...); use a "
                              "separate --output for runs with other overrides")
@@ -288,6 +454,11 @@ def main() -> None:
         print("the installed detectron2 has no detectron2.modeling.meta_arch.fcos: the "
               "'detectron2' contender is left out")
         names.remove("detectron2")
+    if args.labelenc_cost:
+        import fcos_d2  # noqa: F401  (before detectron2)
+
+        print(labelenc_iteration_cost(args.labelenc_cost))
+        return
     if args.list:
         print("\n".join(names))
         return
@@ -304,7 +475,8 @@ def main() -> None:
     todo = [(c, s) for s in args.seeds for c in to_train if (c, s) not in done]
     _run_all(todo, args.jobs, output, args.opts)
     # every contender with runs in the file, also those of earlier invocations
-    table = summarise(load_results(output / "results.jsonl"), names)
+    results = load_results(output / "results.jsonl")
+    table = summarise(results, names) + "\n\n" + summarise_times(results, names)
     (output / "table.md").write_text(table + "\n")
     print(table)
 
@@ -317,6 +489,16 @@ def _prepare_datasets() -> None:
         ensure_synthetic_shapes(split, num_images=count)
 
 
+def _next_ready(todo, running):
+    """The index of the first (contender, seed) of `todo` that can start: a step-2 variant
+    waits for LabelEnc's run of its seed, whose step 1 it starts from; None if none can."""
+    waiting = {(name, seed) for name, seed in todo} | {(r[0], r[1]) for r in running}
+    for index, (name, seed) in enumerate(todo):
+        if name not in STEP2_VARIANTS or (LABELENC, seed) not in waiting:
+            return index
+    return None
+
+
 def _run_all(todo, jobs: int, output: Path, opts: List[str], script: str = __file__) -> None:
     """Runs each (contender, seed) in a child process, `jobs` at a time: ``script --run NAME
     --seed SEED --output OUTPUT OPTS`` (tools/mask_quality.py reuses it with its own)."""
@@ -324,8 +506,8 @@ def _run_all(todo, jobs: int, output: Path, opts: List[str], script: str = __fil
                PYTHONPATH=os.pathsep.join([str(REPO / "tools"), os.environ.get("PYTHONPATH", "")]))
     running = []
     while todo or running:
-        while todo and len(running) < jobs:
-            name, seed = todo.pop(0)
+        while len(running) < jobs and _next_ready(todo, running) is not None:
+            name, seed = todo.pop(_next_ready(todo, running))
             log = open(output / f"log-{name.replace(' ', '_')}-{seed}.txt", "w")
             cmd = [sys.executable, script, "--run", name, "--seed", str(seed), "--output",
                    str(output), *opts]

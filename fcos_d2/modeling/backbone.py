@@ -48,6 +48,12 @@ def build_fcos_resnet_fpn_backbone(cfg, input_shape: ShapeSpec) -> FPN:
     bottom_up = build_resnet_backbone(plain, input_shape)
     make_stages_deformable(bottom_up, on_per_stage, modulated=cfg.MODEL.RESNETS.DEFORM_MODULATED,
                            deform_groups=cfg.MODEL.RESNETS.DEFORM_NUM_GROUPS)
+    return fcos_fpn(cfg, bottom_up)
+
+
+def fcos_fpn(cfg, bottom_up) -> FPN:
+    """detectron2's FPN (``MODEL.FPN``) + P6/P7 (``MODEL.FCOS.TOP_BLOCKS_IN``) on any
+    backbone that gives ``MODEL.FPN.IN_FEATURES`` (LabelEnc puts it on its label encoder)."""
     top_in = cfg.MODEL.FCOS.TOP_BLOCKS_IN
     if top_in not in TOP_BLOCKS_INPUTS:
         raise ValueError(f"MODEL.FCOS.TOP_BLOCKS_IN: unknown '{top_in}', expected one of "

@@ -1,0 +1,20 @@
+"""LabelEnc (Hao et al., 2020, "LabelEnc: A New Intermediate Supervision Method for Object
+Detection"; public code megvii-model/LabelEnc): a two-step training of FCOS whose result
+is a plain FCOS.
+
+* ``label_map``: ground-truth boxes as a K-channel map;
+* ``encoder``: the label-encoding function (LEF) with its FPN;
+* ``distance``: the training-only adapter and the feature distance;
+* ``meta_arch``: the step-1 and step-2 models, chosen by ``MODEL.LABELENC.STEP``;
+* ``weights``: step 1 -> step 2, the official step-1 file, the plain FCOS weights;
+* ``hooks``: the trainer hook that saves step 2's plain FCOS weights;
+* ``config``: the ``MODEL.LABELENC`` node.
+"""
+from .config import add_labelenc_config, check_labelenc_config, extend_step1_schedule
+from .hooks import SaveFCOSWeights
+from .meta_arch import LabelEncStep1, LabelEncStep2, build_labelenc_model
+from .weights import convert_official_labelenc, fcos_state_dict, init_step2_from_step1
+
+__all__ = ["add_labelenc_config", "check_labelenc_config", "extend_step1_schedule",
+           "SaveFCOSWeights", "LabelEncStep1", "LabelEncStep2", "build_labelenc_model",
+           "convert_official_labelenc", "fcos_state_dict", "init_step2_from_step1"]
