@@ -36,8 +36,10 @@ quickstart: setup
 benchmark: setup
 	$(PY) tools/benchmark.py
 
-# Training quality on small data from scratch: 14 trainings x 3 seeds, about 4 minutes
-# each, two at a time on 2 CPU cores (~1.5 hours); runs already in
+# Training quality on small data from scratch: 18 contenders x 3 seeds, about 4 minutes
+# a training, two at a time on 2 CPU cores; LabelEnc's three contenders cost about 6.8
+# such trainings per seed (~2.3 hours in all, an estimate from the measured per-iteration
+# costs); runs already in
 # output/train_quality/results.jsonl are kept, so an interrupted run continues.
 train-quality: setup
 	$(PY) tools/train_quality.py
