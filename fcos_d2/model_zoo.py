@@ -37,7 +37,7 @@ def _entry(config: str, official_name: str, published_by: str, share: str) -> Mo
 
 
 # The models of the README's configs table, with the links of the official FCOS README
-# (tianzhi0549/FCOS) and of AdelaiDet's configs/FCOS-Detection/README.md.
+# (the official FCOS repository) and of AdelaiDet's configs/FCOS-Detection/README.md.
 MODELS: Dict[str, ModelZooEntry] = {
     "FCOS-R50": _entry("FCOS-R50.yaml", "FCOS_imprv_R_50_FPN_1x", "FCOS", "ZSAqNJB96hA71Yf"),
     "FCOS-R50-original": _entry("FCOS-R50-original.yaml", "FCOS_R_50_FPN_1x", "FCOS",
