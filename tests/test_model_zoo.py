@@ -93,7 +93,8 @@ def log_lines():
     lines, handler = [], logging.Handler(logging.INFO)
     handler.emit = lambda record: lines.append(record.getMessage())
     logger = logging.getLogger("fvcore.common.checkpoint")
-    level, logger.level = logger.level, logging.INFO
+    level = logger.level
+    logger.setLevel(logging.INFO)  # setLevel, not .level =: it clears the enabled-for cache
     logger.addHandler(handler)
     yield lines
     logger.removeHandler(handler)

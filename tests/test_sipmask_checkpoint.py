@@ -166,3 +166,19 @@ def test_configs_match_sipmask_benchmarks(config, sizes, style, schedule):
     assert (fcos.CENTER_SAMPLING_RADIUS, fcos.LOC_LOSS_TYPE, fcos.NORM_REG_TARGETS,
             fcos.CENTERNESS_ON_REG, fcos.NUM_CONVS) == (1.5, "giou", True, True, 4)
     assert (cfg.MODEL.SIPMASK.NUM_BASIS, cfg.MODEL.SIPMASK.MASK_THRESHOLD) == (32, 0.4)
+
+
+def test_model_weights_take_a_sipmask_benchmark_file_as_published(tmp_path):
+    from fcos_d2.checkpoint import FCOSCheckpointer, checkpoint_layout
+
+    source = generated_checkpoint(50)
+    assert checkpoint_layout(source) == "sipmask"
+    path = tmp_path / "SipMask_R50_1x.pth"
+    torch.save({"model": source, "optimizer": {}, "iteration": 89999}, path)
+    model = sipmask_model("SipMask-R50-1x.yaml")
+    loaded = FCOSCheckpointer(model).load(str(path))
+    assert "iteration" not in loaded  # their run's iteration is not ours
+    state = model.state_dict()
+    for theirs in ("module.rpn.head.sip_cof.weight", "module.rpn.head.feat_align.norm.bias",
+                   "module.backbone.body.layer1.0.conv1.weight"):
+        assert torch.equal(state[convert_sipmask_key(theirs)], source[theirs]), theirs

@@ -1,15 +1,17 @@
-"""Checkpoints of the official FCOS and of AdelaiDet, loaded as they are.
+"""Checkpoints of the official FCOS, of SipMask-benchmark and of AdelaiDet, loaded as they are.
 
-``MODEL.WEIGHTS`` may name an official FCOS (``fcos_core``) or an AdelaiDet FCOS checkpoint,
-a file or a URL, without converting it first: ``checkpoint_layout`` recognises the layout by
-its keys, and ``convert_foreign_checkpoint`` renames it in memory with the converters of
-``official.py`` and ``adelaidet.py``, with their strict checks (a key without an fcos-d2
-name, or a model parameter left unfilled, is an error listing them).
+``MODEL.WEIGHTS`` may name an official FCOS (``fcos_core``), a SipMask-benchmark or an
+AdelaiDet FCOS checkpoint, a file or a URL, without converting it first:
+``checkpoint_layout`` recognises the layout by its keys, and ``convert_foreign_checkpoint``
+renames it in memory with the converters of ``official.py``, ``sipmask.py`` and
+``adelaidet.py``, with their strict checks (a key without an fcos-d2 name, or a model
+parameter left unfilled, is an error listing them).
 
 Layouts, recognised after a leading ``module.``:
 
 | layout      | keys                                               |
 | ----------- | -------------------------------------------------- |
+| "sipmask"   | the official ones and ``rpn.head.sip_cof.*``       |
 | "official"  | ``backbone.body.*``, ``rpn.head.*`` (fcos_core)    |
 | "adelaidet" | ``proposal_generator.fcos_head.*``                 |
 | "fcos_d2"   | anything else (fcos-d2 and detectron2 checkpoints) |
@@ -21,21 +23,25 @@ import torch
 from .adelaidet import convert_adelaidet_state_dict
 from .official import (CheckpointMismatchError, check_matches_model,
                        convert_official_state_dict)
+from .sipmask import convert_sipmask_state_dict
 
 __all__ = ["checkpoint_layout", "convert_foreign_checkpoint"]
 
 _OFFICIAL_PREFIXES = ("backbone.body.", "rpn.head.")
 _ADELAIDET_PREFIX = "proposal_generator.fcos_head."
+_SIPMASK_PREFIX = "rpn.head.sip_cof."  # SipMask-benchmark's head under fcos_core's names
 _BOOKKEEPING = "num_batches_tracked"  # BatchNorm's counter, not a parameter
 
 
 def checkpoint_layout(keys: Iterable[str]) -> str:
-    """"official", "adelaidet" or "fcos_d2": whose names a state dict's keys are.
+    """"sipmask", "official", "adelaidet" or "fcos_d2": whose names a state dict's keys are.
 
     >>> checkpoint_layout(["module.rpn.head.cls_logits.weight"])
     'official'
     """
     plain = [key[len("module."):] if key.startswith("module.") else key for key in keys]
+    if any(key.startswith(_SIPMASK_PREFIX) for key in plain):
+        return "sipmask"
     if any(key.startswith(_OFFICIAL_PREFIXES) for key in plain):
         return "official"
     if any(key.startswith(_ADELAIDET_PREFIX) for key in plain):
@@ -45,7 +51,8 @@ def checkpoint_layout(keys: Iterable[str]) -> str:
 
 def convert_foreign_checkpoint(checkpoint: Dict[str, Any], model: torch.nn.Module, *,
                                source: str) -> Optional[Dict[str, Any]]:
-    """An official or AdelaiDet checkpoint as fcos-d2 loads it, or None for other layouts.
+    """An official, SipMask-benchmark or AdelaiDet checkpoint as fcos-d2 loads it, or None
+    for other layouts.
 
     Args:
         checkpoint: as loaded, ``{"model": state dict, ...}``.
@@ -78,10 +85,13 @@ def _convert(layout: str, state_dict: Dict[str, torch.Tensor], model: torch.nn.M
              ) -> Tuple[Dict[str, torch.Tensor], str, List[str]]:
     """(converted state dict checked against ``model``, what it was, notes for the log)."""
     notes: List[str] = []
-    if layout == "official":
-        converted = convert_official_state_dict(state_dict)
+    if layout in ("official", "sipmask"):
+        convert = convert_official_state_dict if layout == "official" \
+            else convert_sipmask_state_dict
+        converted = convert(state_dict)
         notes.append("frozen BN variances lowered by 1e-5 for detectron2's epsilon")
-        what = "an official FCOS (fcos_core) checkpoint"
+        what = ("an official FCOS (fcos_core) checkpoint" if layout == "official"
+                else "a SipMask-benchmark checkpoint")
     else:
         converted, pixels = convert_adelaidet_state_dict(state_dict)
         notes += _pixel_notes(pixels, model)
