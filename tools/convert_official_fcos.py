@@ -34,9 +34,11 @@ def build_model_from_config(config_file: str):
     return build_model(cfg)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("src", help="official checkpoint ({'model': state_dict})")
+def convert_file(description: str, *, source_name: str, convert) -> None:
+    """The command line of a converter: SRC DST [--config-file CFG]; ``convert`` renames a
+    state dict (raising CheckpointMismatchError), ``source_name`` says whose it was."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("src", help=f"{source_name} checkpoint ({{'model': state_dict}})")
     parser.add_argument("dst", help="where to write the converted checkpoint")
     parser.add_argument("--config-file", help="check the result against this config's model")
     args = parser.parse_args()
@@ -45,14 +47,19 @@ def main() -> None:
     except (CheckpointReadError, UnsafeCheckpointError) as error:
         sys.exit(str(error))
     try:
-        converted = convert_official_state_dict(state_dict)
+        converted = convert(state_dict)
         if args.config_file:
             check_matches_model(converted, build_model_from_config(args.config_file))
     except CheckpointMismatchError as e:
         sys.exit(f"{args.src}: {e}")
-    torch.save({"model": converted, "__author__": "official FCOS, converted by fcos-d2",
+    torch.save({"model": converted, "__author__": f"{source_name}, converted by fcos-d2",
                 "matching_heuristics": False}, args.dst)
     print(f"wrote {args.dst}: {len(converted)} tensors")
+
+
+def main() -> None:
+    convert_file(__doc__.splitlines()[0], source_name="official FCOS",
+                 convert=convert_official_state_dict)
 
 
 if __name__ == "__main__":

@@ -11,51 +11,19 @@ JialeCao001/SipMask (folder SipMask-benchmark). With --config-file, the result i
 checked against the model that config builds: every parameter filled, none left over (the
 key mapping: fcos_d2/checkpoint/sipmask.py).
 """
-import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tools/: the shared command line
 
-import torch  # noqa: E402
+from convert_official_fcos import convert_file  # noqa: E402  (also puts the repo on the path)
 
-import fcos_d2  # noqa: E402  (registers FCOS and SipMask before detectron2 is used)
-from fcos_d2.checkpoint import (CheckpointMismatchError, CheckpointReadError,  # noqa: E402
-                                UnsafeCheckpointError, check_matches_model,
-                                convert_sipmask_state_dict)
-from fcos_d2.checkpoint.safe_load import load_model_state_dict  # noqa: E402
-
-
-def build_model_from_config(config_file: str):
-    from detectron2.config import get_cfg
-    from detectron2.modeling import build_model
-
-    cfg = get_cfg()
-    fcos_d2.add_fcos_config(cfg)
-    cfg.merge_from_file(config_file)
-    cfg.MODEL.DEVICE = "cpu"
-    return build_model(cfg)
+from fcos_d2.checkpoint import convert_sipmask_state_dict  # noqa: E402
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("src", help="SipMask-benchmark checkpoint ({'model': state_dict})")
-    parser.add_argument("dst", help="where to write the converted checkpoint")
-    parser.add_argument("--config-file", help="check the result against this config's model")
-    args = parser.parse_args()
-    try:
-        state_dict = load_model_state_dict(args.src)
-    except (CheckpointReadError, UnsafeCheckpointError) as error:
-        sys.exit(str(error))
-    try:
-        converted = convert_sipmask_state_dict(state_dict)
-        if args.config_file:
-            check_matches_model(converted, build_model_from_config(args.config_file))
-    except CheckpointMismatchError as e:
-        sys.exit(f"{args.src}: {e}")
-    torch.save({"model": converted, "__author__": "SipMask-benchmark, converted by fcos-d2",
-                "matching_heuristics": False}, args.dst)
-    print(f"wrote {args.dst}: {len(converted)} tensors")
+    convert_file(__doc__.splitlines()[0], source_name="SipMask-benchmark",
+                 convert=convert_sipmask_state_dict)
 
 
 if __name__ == "__main__":
