@@ -42,6 +42,7 @@ from fcos_d2.engine.launch import add_launcher_arguments, launch_from_args
 from fcos_d2.engine.preemption import SaveOnPreemption
 from fcos_d2.engine.resumable_loader import build_resumable_train_loader
 from fcos_d2.engine.resume import ExactResume
+from fcos_d2.engine.optimizer import build_optimizer
 from fcos_d2.engine.slurm import apply_slurm_environment
 from fcos_d2.modeling.labelenc import (SaveFCOSWeights, build_labelenc_model,
                                       extend_step1_schedule, init_step2_from_step1)
@@ -73,6 +74,11 @@ class Trainer(DefaultTrainer):
             precision = cpu_autocast_dtype(torch.bfloat16, cfg.MODEL.FCOS.CPU_BF16,
                                            what="training", key="SOLVER.AMP.ENABLED")
             self._trainer = CPUAMPTrainer.replacing(self._trainer, precision)
+
+    @classmethod
+    def build_optimizer(cls, cfg, model):
+        """detectron2's SGD, or AdamW with SOLVER.OPTIMIZER "ADAMW" (fcos_d2.engine.optimizer)."""
+        return build_optimizer(cfg, model)
 
     @classmethod
     def build_model(cls, cfg):

@@ -47,6 +47,8 @@ def add_fcos_config(cfg: CN) -> None:
     add_sipmask_config(cfg)
     from .modeling.labelenc.config import add_labelenc_config  # here: no import cycle
     add_labelenc_config(cfg)  # MODEL.LABELENC: LabelEnc's two-step training
+    from .engine.optimizer import add_optimizer_config
+    add_optimizer_config(cfg)  # SOLVER.OPTIMIZER: SGD or AdamW
     if "FCOS" in cfg.MODEL:
         return
     cfg.MODEL.FCOS = _C = CN()

@@ -11,10 +11,11 @@ import torch
 from detectron2.config import LazyConfig, get_cfg, instantiate
 from detectron2.data import DatasetMapper
 from detectron2.modeling import build_model
-from detectron2.solver import build_lr_scheduler, build_optimizer
+from detectron2.solver import build_lr_scheduler
 
 from fcos_d2 import add_fcos_config, get_config_file
 from fcos_d2.data import register_coco_dataset, synthetic
+from fcos_d2.engine.optimizer import build_optimizer
 
 REPO = Path(__file__).resolve().parents[1]
 TWINS = [("FCOS-R50.yaml", "lazy/fcos_R_50_FPN_1x.py"), ("quickstart.yaml", "lazy/quickstart.py")]
@@ -89,8 +90,9 @@ def test_lazy_config_has_the_yaml_optimizer_schedule_and_data(yaml_name, lazy_na
     model = instantiate(lazy.model)
     lazy.optimizer.params.model = model
     expected, actual = build_optimizer(cfg, model), instantiate(lazy.optimizer)
-    by_param = lambda opt: {id(p): (g["lr"], g["weight_decay"], g["momentum"])
+    by_param = lambda opt: {id(p): (g["lr"], g["weight_decay"], g.get("momentum"), g.get("betas"))
                             for g in opt.param_groups for p in g["params"]}
+    assert type(actual) is type(expected)  # SGD, or AdamW for SOLVER.OPTIMIZER "ADAMW"
     assert by_param(actual) == by_param(expected)
 
     scheduler, multiplier = build_lr_scheduler(cfg, expected), instantiate(lazy.lr_multiplier)

@@ -1,0 +1,46 @@
+"""``SOLVER.OPTIMIZER``: SGD (detectron2's, the default) or AdamW, for the yaml configs.
+
+detectron2's yaml ``build_optimizer`` is SGD only (LazyConfig users set ``optimizer``
+themselves). AdamW takes the same parameter groups as detectron2's SGD
+(``get_default_optimizer_params``: ``SOLVER.BASE_LR``, ``WEIGHT_DECAY_NORM``,
+``BIAS_LR_FACTOR``, ``WEIGHT_DECAY_BIAS``), ``SOLVER.WEIGHT_DECAY`` as its decoupled weight
+decay, ``SOLVER.ADAMW_BETAS``, and detectron2's ``SOLVER.CLIP_GRADIENTS``.
+"""
+import torch
+from detectron2.config import CfgNode as CN
+from detectron2.solver import build_optimizer as build_sgd
+from detectron2.solver.build import get_default_optimizer_params, maybe_add_gradient_clipping
+
+OPTIMIZERS = ("SGD", "ADAMW")
+
+
+def add_optimizer_config(cfg: CN) -> None:
+    """Adds ``SOLVER.OPTIMIZER`` and ``SOLVER.ADAMW_BETAS`` to ``cfg`` in place. Safe to
+    call twice."""
+    if "OPTIMIZER" not in cfg.SOLVER:
+        # "SGD": detectron2's (SOLVER.MOMENTUM, NESTEROV). "ADAMW": torch.optim.AdamW with
+        # the same parameter groups, lr schedule and gradient clipping.
+        cfg.SOLVER.OPTIMIZER = "SGD"
+    if "ADAMW_BETAS" not in cfg.SOLVER:
+        cfg.SOLVER.ADAMW_BETAS = (0.9, 0.999)  # AdamW's (beta1, beta2)
+
+
+def build_optimizer(cfg: CN, model: torch.nn.Module) -> torch.optim.Optimizer:
+    """The optimizer ``SOLVER.OPTIMIZER`` names, for ``model``'s parameters.
+
+    Raises:
+        ValueError: naming ``SOLVER.OPTIMIZER`` or ``SOLVER.ADAMW_BETAS`` and the bad value.
+    """
+    name = cfg.SOLVER.OPTIMIZER
+    if name not in OPTIMIZERS:
+        raise ValueError(f"SOLVER.OPTIMIZER: unknown {name!r}, expected one of {OPTIMIZERS}")
+    if name == "SGD":
+        return build_sgd(cfg, model)
+    betas = tuple(cfg.SOLVER.ADAMW_BETAS)
+    if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
+        raise ValueError(f"SOLVER.ADAMW_BETAS: two numbers in [0, 1) expected, got {betas}")
+    params = get_default_optimizer_params(
+        model, base_lr=cfg.SOLVER.BASE_LR, weight_decay_norm=cfg.SOLVER.WEIGHT_DECAY_NORM,
+        bias_lr_factor=cfg.SOLVER.BIAS_LR_FACTOR, weight_decay_bias=cfg.SOLVER.WEIGHT_DECAY_BIAS)
+    return maybe_add_gradient_clipping(cfg, torch.optim.AdamW)(
+        params, lr=cfg.SOLVER.BASE_LR, betas=betas, weight_decay=cfg.SOLVER.WEIGHT_DECAY)

@@ -1,0 +1,82 @@
+"""SOLVER.OPTIMIZER: detectron2's SGD by default, AdamW with the same parameter groups."""
+import pytest
+import torch
+from detectron2.config import get_cfg
+from torch import nn
+
+from fcos_d2 import add_fcos_config
+from fcos_d2.engine.optimizer import build_optimizer
+
+
+def solver_cfg(*opts):
+    cfg = get_cfg()
+    add_fcos_config(cfg)
+    cfg.merge_from_list(["SOLVER.BASE_LR", 0.001, "SOLVER.WEIGHT_DECAY", 0.05,
+                         "SOLVER.WEIGHT_DECAY_NORM", 0.0, "SOLVER.BIAS_LR_FACTOR", 2.0,
+                         "SOLVER.WEIGHT_DECAY_BIAS", 0.0, *opts])
+    return cfg
+
+
+def tiny_model():
+    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.GroupNorm(2, 4), nn.Conv2d(4, 2, 1))
+
+
+def test_default_is_detectrons_sgd():
+    optimizer = build_optimizer(solver_cfg(), tiny_model())
+    assert isinstance(optimizer, torch.optim.SGD)
+    assert optimizer.defaults["momentum"] == 0.9
+
+
+def test_adamw_keeps_detectrons_parameter_groups():
+    model = tiny_model()
+    optimizer = build_optimizer(solver_cfg("SOLVER.OPTIMIZER", "ADAMW",
+                                           "SOLVER.ADAMW_BETAS", (0.8, 0.99)), model)
+    assert isinstance(optimizer, torch.optim.AdamW)
+    groups = {id(p): g for g in optimizer.param_groups for p in g["params"]}
+    conv, norm = model[0], model[1]
+    assert groups[id(conv.weight)]["weight_decay"] == 0.05
+    assert groups[id(conv.weight)]["lr"] == 0.001
+    assert groups[id(conv.bias)]["lr"] == pytest.approx(0.002)  # BIAS_LR_FACTOR
+    assert groups[id(conv.bias)]["weight_decay"] == 0.0  # WEIGHT_DECAY_BIAS
+    assert groups[id(norm.weight)]["weight_decay"] == 0.0  # WEIGHT_DECAY_NORM
+    assert optimizer.defaults["betas"] == (0.8, 0.99)
+
+
+def test_adamw_steps_like_torchs_adamw():
+    torch.manual_seed(0)
+    model = tiny_model()
+    reference = [p.detach().clone().requires_grad_() for p in model.parameters()]
+    ours = build_optimizer(solver_cfg("SOLVER.OPTIMIZER", "ADAMW", "SOLVER.BIAS_LR_FACTOR", 1.0,
+                                      "SOLVER.WEIGHT_DECAY_NORM", 0.05,
+                                      "SOLVER.WEIGHT_DECAY_BIAS", 0.05), model)
+    theirs = torch.optim.AdamW(reference, lr=0.001, weight_decay=0.05)
+    x = torch.randn(2, 3, 8, 8)
+    for _ in range(3):
+        for params, optimizer in ((list(model.parameters()), ours), (reference, theirs)):
+            optimizer.zero_grad()
+            out = x
+            out = nn.functional.conv2d(out, params[0], params[1])
+            out = nn.functional.group_norm(out, 2, params[2], params[3])
+            out = nn.functional.conv2d(out, params[4], params[5])
+            out.square().mean().backward()
+            optimizer.step()
+    for mine, expected in zip(model.parameters(), reference):
+        torch.testing.assert_close(mine, expected, rtol=0, atol=1e-7)
+
+
+@pytest.mark.parametrize("opts, message", [
+    (["SOLVER.OPTIMIZER", "ADAM"], "SOLVER.OPTIMIZER: unknown 'ADAM'"),
+    (["SOLVER.OPTIMIZER", "ADAMW", "SOLVER.ADAMW_BETAS", (0.9, 1.0)], "SOLVER.ADAMW_BETAS"),
+])
+def test_bad_optimizer_settings_name_the_key(opts, message):
+    with pytest.raises(ValueError, match=message):
+        build_optimizer(solver_cfg(*opts), tiny_model())
+
+
+def test_train_net_builds_the_configured_optimizer():
+    from train_net import Trainer
+
+    model = tiny_model()
+    assert isinstance(Trainer.build_optimizer(solver_cfg("SOLVER.OPTIMIZER", "ADAMW"), model),
+                      torch.optim.AdamW)
+    assert not isinstance(Trainer.build_optimizer(solver_cfg(), model), torch.optim.AdamW)
