@@ -189,3 +189,23 @@ def test_children_get_the_regime_and_diagnostics_flags_before_the_overrides(tmp_
     assert (tmp_path / "argv.txt").read_text() == (
         f"--run fcos-d2 recipe --seed 3 --output {tmp_path} --regime thin --diagnostics "
         "SOLVER.MAX_ITER 20")
+
+
+@pytest.mark.parametrize("variant", list(tq.RECIPE_VARIANTS))
+def test_each_recipe_variant_changes_exactly_the_keys_it_names_on_the_recipe(variant):
+    recipe, cfg = _cfg(tq.RECIPE), _cfg(f"{tq.RECIPE}+{variant}")
+    overrides = tq.RECIPE_VARIANTS[variant]
+    assert {key for key in overrides[::2] if _get(recipe, key) != _get(cfg, key)} == \
+        set(overrides[::2])
+    recipe.defrost()
+    recipe.merge_from_list(overrides)
+    assert recipe == cfg
+    assert f"{tq.RECIPE}+{variant}" in tq.contender_names()
+
+
+def test_all_of_the_shapes_regime_is_todays_contenders_and_thin_runs_every_one():
+    names = tq.contender_names()
+    shapes, thin = tq.default_contenders(names, "shapes"), tq.default_contenders(names, "thin")
+    assert thin == names and {"detectron2", "fcos-d2 like-detectron2", "torchvision"} <= set(thin)
+    assert set(names) - set(shapes) == set(tq.ADDED_WITH_THIN)
+    assert "fcos-d2 atss" in thin and "fcos-d2 recipe+atss" in thin

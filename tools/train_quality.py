@@ -131,6 +131,17 @@ VARIANTS: Dict[str, List[str]] = OrderedDict([
     ("quality-focal", ["MODEL.FCOS.CLS_LOSS", "quality_focal"]),
 ])
 RECIPE = "fcos-d2 recipe"  # the config file as it is
+# Candidates for a recipe that keeps the mean and loses the spread (issue 20): name ->
+# overrides on top of the recipe config (not of OFFICIAL); contender "fcos-d2 recipe+NAME".
+RECIPE_VARIANTS: Dict[str, List[str]] = OrderedDict([
+    ("atss", ["MODEL.FCOS.ASSIGNER", "atss"]),
+    ("quality-focal", ["MODEL.FCOS.CLS_LOSS", "quality_focal"]),
+    ("atss+quality-focal", ["MODEL.FCOS.ASSIGNER", "atss", "MODEL.FCOS.CLS_LOSS",
+                            "quality_focal"]),
+    ("clip-gradients", ["SOLVER.CLIP_GRADIENTS.ENABLED", "True",
+                        "SOLVER.CLIP_GRADIENTS.CLIP_TYPE", "norm"]),
+    ("warmup-200", ["SOLVER.WARMUP_ITERS", "200"]),
+])
 # LabelEnc (fcos_d2/modeling/labelenc) on the recipe: step 1 with the distance-loss warm-up
 # added to REGIME (a third of it, as the official 30000 of 90000), then step 2 with REGIME
 # and the auxiliary loss for 8/9 of it (the official 80000 of 90000); one run does both,
@@ -164,9 +175,22 @@ EVAL_VARIANTS: Dict[str, tuple] = OrderedDict([
 ])
 
 
+# Contenders added with regime 2: in "all" of --regime thin only, so that "all" of
+# --regime shapes (make train-quality) stays the measured table; by name in both.
+ADDED_WITH_THIN = [f"fcos-d2 {v}" for v in ("ema-momentum-0.99", "prior-0.1", "warmup-200",
+                                             "clip-gradients", "atss", "quality-focal")] \
+    + [f"{RECIPE}+{v}" for v in RECIPE_VARIANTS]
+
+
+def default_contenders(names: List[str], regime: str) -> List[str]:
+    """The contenders of ``--contenders all`` in `regime` among `names`."""
+    return [n for n in names if regime != "shapes" or n not in ADDED_WITH_THIN]
+
+
 def contender_names() -> List[str]:
     """The main contenders first, then the one-at-a-time variants."""
-    variants = [f"fcos-d2 {v}" for v in VARIANTS if v != "official"] + list(EVAL_VARIANTS)
+    variants = [f"fcos-d2 {v}" for v in VARIANTS if v != "official"] + list(EVAL_VARIANTS) \
+        + [f"{RECIPE}+{v}" for v in RECIPE_VARIANTS]
     return ["fcos-d2 official", RECIPE, "detectron2", "torchvision", LABELENC,
             SAME_ITERATIONS, *STEP2_VARIANTS] + variants
 
@@ -176,12 +200,15 @@ def contender_names() -> List[str]:
 def contender_overrides(name: str) -> List[str]:
     """The config overrides that make contender `name` from the recipe config: none for the
     recipe and the other projects' FCOS, OFFICIAL plus the variant's for fcos-d2 variants,
-    and for an inference-only variant its base's plus its own."""
+    the variant's alone for recipe variants, and for an inference-only variant its base's
+    plus its own."""
     if name in EVAL_VARIANTS:
         base, overrides = EVAL_VARIANTS[name]
         return contender_overrides(base) + overrides
     if name.startswith("fcos-d2 ") and name[len("fcos-d2 "):] in VARIANTS:
         return OFFICIAL + VARIANTS[name[len("fcos-d2 "):]]
+    if name.startswith(RECIPE + "+") and name[len(RECIPE) + 1:] in RECIPE_VARIANTS:
+        return list(RECIPE_VARIANTS[name[len(RECIPE) + 1:]])
     return []
 
 
@@ -606,7 +633,8 @@ def main() -> None:
     if args.list:
         print("\n".join(names))
         return
-    chosen = names if args.contenders == ["all"] else args.contenders
+    chosen = default_contenders(names, args.regime) if args.contenders == ["all"] \
+        else args.contenders
     unknown = [c for c in chosen if c not in names]
     if unknown:
         parser.error(f"unknown contenders {unknown}; --list prints the names")
