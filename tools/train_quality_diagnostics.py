@@ -126,7 +126,8 @@ class TrainingDiagnostics(HookBase):
             logits, regression = self._outputs[0], self._outputs[1]
             sizes = [x.shape[-2] * x.shape[-1] for x in logits]
             step["positives"] = labels_per_level(self._labels, sizes, self.num_classes)
-            if self.trainer.iter % self.every == 0 or self.trainer.iter == self.trainer.max_iter - 1:
+            it = self.trainer.iter
+            if it % self.every == 0 or it == self.trainer.max_iter - 1:
                 self._sample(logits, regression)
         self.steps.append(step)
         self._outputs, self._labels = None, None

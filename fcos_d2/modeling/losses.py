@@ -107,7 +107,9 @@ def box_iou_ltrb(pred: Tensor, target: Tensor) -> Tensor:
     """The exact IoU of (P, 4) (l, t, r, b) boxes around the same points -> (P,), 0 where
     the union is empty."""
     inner = torch.minimum(pred, target)
-    intersection = (inner[:, 0] + inner[:, 2]).clamp(min=0) * (inner[:, 1] + inner[:, 3]).clamp(min=0)
+    width = (inner[:, 0] + inner[:, 2]).clamp(min=0)
+    height = (inner[:, 1] + inner[:, 3]).clamp(min=0)
+    intersection = width * height
     area = lambda b: (b[:, 0] + b[:, 2]) * (b[:, 1] + b[:, 3])  # noqa: E731
     union = area(pred) + area(target) - intersection
     return torch.where(union > 0, intersection / union.clamp(min=1e-12), torch.zeros_like(union))

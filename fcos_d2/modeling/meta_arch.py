@@ -179,7 +179,8 @@ class FCOSBase(nn.Module):
         """labels (N, R), regression targets (N, R, 4) and matched box indices (N, R) of
         the batch (``assign_targets_with_matches``, or ``assign_targets_atss`` with the
         "atss" assigner)."""
-        boxes, classes = [x.gt_boxes.tensor for x in instances], [x.gt_classes for x in instances]
+        boxes = [x.gt_boxes.tensor for x in instances]
+        classes = [x.gt_classes for x in instances]
         if self.assigner == "atss":
             return assign_targets_atss(locations, boxes, classes, strides=self.strides,
                                        topk=self.atss_topk, num_classes=self.num_classes,
