@@ -133,7 +133,8 @@ def _tiny_cfg(**fcos):
 
 def test_defaults_are_the_official_fcos():
     fcos = _tiny_cfg().MODEL.FCOS
-    assert (fcos.ASSIGNER, fcos.ATSS_TOPK, fcos.CLS_LOSS) == ("fcos", 9, "focal")
+    assert (fcos.ASSIGNER, fcos.ATSS_TOPK, fcos.ATSS_ANCHOR_SCALE, fcos.CLS_LOSS) == \
+        ("fcos", 9, 8.0, "focal")
 
 
 def test_a_model_with_both_options_trains_with_finite_losses_and_gradients():
@@ -151,7 +152,22 @@ def test_a_model_with_both_options_trains_with_finite_losses_and_gradients():
 
 
 @pytest.mark.parametrize("key, value", [("ASSIGNER", "simota"), ("CLS_LOSS", "varifocal"),
-                                        ("ATSS_TOPK", 0)])
+                                        ("ATSS_TOPK", 0), ("ATSS_ANCHOR_SCALE", 0.0)])
 def test_invalid_values_are_rejected_with_the_key_named(key, value):
     with pytest.raises(ValueError, match=f"MODEL.FCOS.{key}"):
         build_model(_tiny_cfg(**{key: value}))
+
+
+def test_the_atss_anchor_scale_of_the_config_decides_the_level_of_an_object():
+    instances = Instances((128, 128), gt_boxes=Boxes(torch.tensor([[30.0, 30, 90, 90]])),
+                          gt_classes=torch.tensor([0]))
+    levels = []
+    for scale in (8.0, 4.0):  # anchors of 64 / 128 px or 32 / 64 px on P3 / P4
+        model = build_model(_tiny_cfg(ASSIGNER="atss", ATSS_ANCHOR_SCALE=scale))
+        shapes = [(128 // s, 128 // s) for s in model.strides]
+        locations = compute_locations(shapes, model.strides, torch.device("cpu"))
+        _, _, matched = model.targets(locations, [instances])
+        level_of = torch.arange(len(shapes)).repeat_interleave(
+            torch.tensor([h * w for h, w in shapes]))
+        levels.append(set(level_of[matched[0] == 0].tolist()))
+    assert levels == [{0}, {1}]

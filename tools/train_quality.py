@@ -138,6 +138,9 @@ RECIPE_VARIANTS: Dict[str, List[str]] = OrderedDict([
     ("quality-focal", ["MODEL.FCOS.CLS_LOSS", "quality_focal"]),
     ("atss+quality-focal", ["MODEL.FCOS.ASSIGNER", "atss", "MODEL.FCOS.CLS_LOSS",
                             "quality_focal"]),
+    # ATSS's 8-stride anchors put 10-100 px objects on P3 as the official ranges do; 4
+    # strides spread them as the recipe's halved ranges
+    ("atss-anchors-4", ["MODEL.FCOS.ASSIGNER", "atss", "MODEL.FCOS.ATSS_ANCHOR_SCALE", "4.0"]),
     ("clip-gradients", ["SOLVER.CLIP_GRADIENTS.ENABLED", "True",
                         "SOLVER.CLIP_GRADIENTS.CLIP_TYPE", "norm"]),
     ("warmup-200", ["SOLVER.WARMUP_ITERS", "200"]),

@@ -70,6 +70,7 @@ model = L(FCOS)(
     iou_loss_smooth=1.0,
     assigner="fcos",
     atss_topk=9,
+    atss_anchor_scale=8.0,
     cls_loss="focal",
     score_thresh=0.05,
     score_thresh_on="probability",

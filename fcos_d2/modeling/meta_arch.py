@@ -67,6 +67,7 @@ class FCOSBase(nn.Module):
         iou_loss_smooth: float = 1.0,
         assigner: str = "fcos",
         atss_topk: int = 9,
+        atss_anchor_scale: float = 8.0,
         cls_loss: str = "focal",
         score_thresh: float = 0.05,
         score_thresh_on: str = "probability",
@@ -101,6 +102,8 @@ class FCOSBase(nn.Module):
             raise ValueError(f"MODEL.FCOS.IOU_LOSS_SMOOTH: must be >= 0, got {iou_loss_smooth}")
         if atss_topk < 1:
             raise ValueError(f"MODEL.FCOS.ATSS_TOPK: must be >= 1, got {atss_topk}")
+        if atss_anchor_scale <= 0:
+            raise ValueError(f"MODEL.FCOS.ATSS_ANCHOR_SCALE: must be > 0, got {atss_anchor_scale}")
         self.head = head
         self.head_in_features = list(head_in_features)
         self.strides = [input_shape[f].stride for f in head_in_features]
@@ -114,6 +117,7 @@ class FCOSBase(nn.Module):
             else None
         self.loc_loss_weighting, self.iou_loss_smooth = loc_loss_weighting, iou_loss_smooth
         self.assigner, self.atss_topk, self.cls_loss = assigner, atss_topk, cls_loss
+        self.atss_anchor_scale = atss_anchor_scale
         self.score_thresh, self.topk_candidates = score_thresh, topk_candidates
         self.score_thresh_on = score_thresh_on
         self.nms_thresh, self.max_detections_per_image = nms_thresh, max_detections_per_image
@@ -145,6 +149,7 @@ class FCOSBase(nn.Module):
             "iou_loss_smooth": fcos.IOU_LOSS_SMOOTH,
             "assigner": fcos.ASSIGNER,
             "atss_topk": fcos.ATSS_TOPK,
+            "atss_anchor_scale": fcos.ATSS_ANCHOR_SCALE,
             "cls_loss": fcos.CLS_LOSS,
             "score_thresh": fcos.INFERENCE_TH_TEST,
             "score_thresh_on": fcos.INFERENCE_TH_ON,
@@ -184,7 +189,8 @@ class FCOSBase(nn.Module):
         if self.assigner == "atss":
             return assign_targets_atss(locations, boxes, classes, strides=self.strides,
                                        topk=self.atss_topk, num_classes=self.num_classes,
-                                       norm_reg_targets=self.norm_reg_targets)
+                                       norm_reg_targets=self.norm_reg_targets,
+                                       anchor_scale=self.atss_anchor_scale)
         return assign_targets_with_matches(
             locations, boxes, classes,
             strides=self.strides, size_ranges=self.size_ranges,
