@@ -93,3 +93,26 @@ def test_a_run_of_detectron2s_fcos_records_its_positives_too():
     assert all(len(w) == 5 for w in record["positives_per_level"])
     assert sum(record["positives_per_level"][0]) > 0
     assert record["positive_scores"][0]["n"] > 0
+
+
+def test_the_diagnostics_table_has_a_row_per_run_with_shares_and_medians():
+    level = {"n": 4, "mean": 1.0, "std": 0.0, "q5": 1.0, "q25": 1.0, "q50": 1.5, "q75": 1.0,
+             "q95": 1.0}
+    diagnostics = {
+        "losses": {"loss_fcos_cls": [0.9, 0.5], "loss_fcos_loc": [0.7, 0.25]},
+        "grad_norm": {"total": {"mean": [2.0, 4.0], "max": [3.0, 9.5]}},
+        "positives_per_level": [[30.0, 10.0], [50.0, 10.0]],  # 80 / 20 over the run
+        "positive_scores": [{"iter": 0, "n": 0}, {"iter": 9, **level}],
+        "regression": [{"iter": 9, "levels": [level, None]}],
+        "bn": {"res2": {"running_var_mean": 1.234}},
+    }
+    results = [{"contender": "a", "seed": 1, "AP": 4.56, "diagnostics": diagnostics},
+               {"contender": "a", "seed": 0, "AP": 1.0},  # no diagnostics: no row
+               {"contender": "b", "seed": 0, "AP": 2.0, "diagnostics": {
+                   **diagnostics, "losses": {"classification": [0.3], "bbox_regression": [0.2]},
+                   "positives_per_level": None}}]
+    rows = diag.summarise_diagnostics(results, ["a", "b"]).splitlines()
+    assert rows[2] == ("| a | 1 | 4.6 | 0.500 / 0.250 | 3.00 / 9.5 | 80/20 | 1.500 | 1.50/- | "
+                       "res2 1.23 |")
+    assert rows[3] == "| b | 0 | 2.0 | 0.300 / 0.200 | 3.00 / 9.5 | n/a | n/a | n/a | res2 1.23 |"
+    assert len(rows) == 4

@@ -664,6 +664,12 @@ def run_benchmark(chosen: List[str], names: List[str], args, output: Path) -> No
     table = summarise(results, names) + "\n\n" + summarise_times(results, names)
     (output / "table.md").write_text(table + "\n")
     print(table)
+    if any(r.get("diagnostics") for r in results):
+        from train_quality_diagnostics import summarise_diagnostics
+
+        diagnostics = summarise_diagnostics(results, names)
+        (output / "diagnostics.md").write_text(diagnostics + "\n")
+        print("\n" + diagnostics)
 
 
 def checked_results(path: Path, regime: str) -> List[dict]:

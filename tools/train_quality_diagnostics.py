@@ -26,6 +26,8 @@ import re
 from typing import Dict, List, Optional
 
 import torch
+
+import fcos_d2  # noqa: F401  (its compat shims before detectron2)
 from detectron2.engine import HookBase
 from torch import Tensor, nn
 
@@ -169,3 +171,45 @@ class TrainingDiagnostics(HookBase):
             "positive_scores": self.samples["positive_scores"] if self.watching else None,
             "bn": bn_statistics(backbone) if backbone is not None else None,
         }
+
+
+def summarise_diagnostics(results: List[Dict], names: List[str]) -> str:
+    """A markdown table, one row per run with diagnostics (contenders in the order of
+    `names`, then by seed): AP; the last window's classification and box losses; the
+    mean and largest total gradient norm; the share of positives per level over the run;
+    the median probability of the positives and the median regression output of each
+    level at the last sample; the mean BN running_var per backbone stage at the end."""
+    rows = ["| contender | seed | AP | cls / loc loss (end) | grad norm mean / max | "
+            "positives per level % | positives' p50 (end) | regression p50 per level (end) | "
+            "BN running_var mean per stage |", "|---|---|---|---|---|---|---|---|---|"]
+    for name in names:
+        runs = sorted((r for r in results if r["contender"] == name and r.get("diagnostics")),
+                      key=lambda r: r["seed"])
+        for run in runs:
+            rows.append(f"| {name} | {run['seed']} | {run['AP']:.1f} | "
+                        + " | ".join(_diagnostic_cells(run["diagnostics"])) + " |")
+    return "\n".join(rows)
+
+
+def _diagnostic_cells(d: Dict) -> List[str]:
+    def last(*keys):  # fcos-d2 and detectron2 name the losses so, torchvision otherwise
+        values = next((d["losses"][k] for k in keys if d["losses"].get(k)), [float("nan")])
+        return values[-1]
+
+    norms = d["grad_norm"]["total"]
+    cells = [f"{last('loss_fcos_cls', 'classification'):.3f} / "
+             f"{last('loss_fcos_loc', 'bbox_regression'):.3f}",
+             f"{sum(norms['mean']) / len(norms['mean']):.2f} / {max(norms['max']):.1f}"]
+    if d.get("positives_per_level"):
+        totals = [sum(level) for level in zip(*d["positives_per_level"])]
+        share = [round(100 * t / max(sum(totals), 1e-9)) for t in totals]
+        scores = d["positive_scores"][-1].get("q50")
+        regression = [level["q50"] if level else None for level in d["regression"][-1]["levels"]]
+        cells += ["/".join(map(str, share)), "-" if scores is None else f"{scores:.3f}",
+                  "/".join("-" if r is None else f"{r:.2f}" for r in regression)]
+    else:
+        cells += ["n/a", "n/a", "n/a"]
+    bn = d.get("bn") or {}
+    cells.append(" ".join(f"{stage} {stats['running_var_mean']:.2f}"
+                          for stage, stats in bn.items()) or "n/a")
+    return cells
