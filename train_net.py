@@ -90,7 +90,9 @@ class Trainer(DefaultTrainer):
         if self.cfg.MODEL.LABELENC.STEP == 2 and not resuming:
             model = self.model.module if isinstance(self.model, DistributedDataParallel) \
                 else self.model
-            init_step2_from_step1(model, self.cfg.MODEL.LABELENC.WEIGHTS)
+            init_step2_from_step1(
+                model, self.cfg.MODEL.LABELENC.WEIGHTS,
+                backbone_from_step1=self.cfg.MODEL.LABELENC.STEP2_BACKBONE == "step1")
 
     @classmethod
     def build_evaluator(cls, cfg, dataset_name, output_folder=None, tasks=None):

@@ -216,6 +216,28 @@ def test_step2_starts_from_step1_lef_head_and_the_lef_fpn(step2, tmp_path):
                            step1.backbone.bottom_up.stem.conv1.weight)  # not the detector
 
 
+def test_step2_backbone_from_step1_copies_the_step1_detectors_bottom_up(step2, tmp_path):
+    torch.manual_seed(3)
+    step1 = build_labelenc_model(tiny_cfg("MODEL.LABELENC.STEP", 1))
+    torch.save({"model": step1.state_dict()}, tmp_path / "step1.pth")
+    init_step2_from_step1(step2, str(tmp_path / "step1.pth"), backbone_from_step1=True)
+    own = step2.backbone.bottom_up.state_dict()
+    assert own.keys() == step1.backbone.bottom_up.state_dict().keys()
+    for name, value in step1.backbone.bottom_up.state_dict().items():
+        assert torch.equal(own[name], value), name  # running BN statistics too
+    # the FPN is still the LEF's, not step 1's detector FPN
+    assert torch.equal(step2.backbone.fpn_lateral3.weight, step1.label_encoder.fpn_lateral3.weight)
+    assert not torch.equal(step2.backbone.fpn_lateral3.weight, step1.backbone.fpn_lateral3.weight)
+
+
+def test_step2_backbone_from_step1_refuses_an_official_file_naming_the_key(step2, tmp_path):
+    torch.save(official_file(step2), tmp_path / "label_encoding_function.pth")
+    with pytest.raises(CheckpointMismatchError, match=r"label_encoding_function\.pth: MODEL\."
+                       r"LABELENC\.STEP2_BACKBONE 'step1' needs step 1's detector"):
+        init_step2_from_step1(step2, str(tmp_path / "label_encoding_function.pth"),
+                              backbone_from_step1=True)
+
+
 def test_step2_refuses_a_step1_file_of_another_lef_width_naming_file_and_keys(step2, tmp_path):
     step1 = build_labelenc_model(tiny_cfg("MODEL.LABELENC.STEP", 1, "MODEL.LABELENC.LEF_WIDTH", 8))
     torch.save({"model": step1.state_dict()}, tmp_path / "step1.pth")
@@ -304,6 +326,8 @@ def test_official_conversion_errors_name_what_is_wrong(step2):
     ("MODEL.LABELENC.STEP", 3, "MODEL.LABELENC.STEP: unknown 3"),
     ("MODEL.LABELENC.LEF_DEPTH", [1, 2], "MODEL.LABELENC.LEF_DEPTH: 4 block counts"),
     ("MODEL.LABELENC.LEF_WIDTH", 0, "MODEL.LABELENC.LEF_WIDTH: must be >= 1"),
+    ("MODEL.LABELENC.STEP2_BACKBONE", "imagenet",
+     "MODEL.LABELENC.STEP2_BACKBONE: unknown 'imagenet'"),
     ("MODEL.LABELENC.DISTANCE_LOSS_WEIGHT", -1.0, "MODEL.LABELENC.DISTANCE_LOSS_WEIGHT: must be"),
     ("MODEL.META_ARCHITECTURE", "GeneralizedRCNN", "MODEL.LABELENC.STEP 1 trains an FCOS"),
 ])

@@ -157,12 +157,18 @@ LABELENC_STEPS = {
     2: ["MODEL.LABELENC.STEP", 2, "MODEL.LABELENC.LEF_WIDTH", 16,
         "MODEL.LABELENC.AUXILIARY_LOSS_ITERS", LABELENC_AUXILIARY],
 }
-# Step-2 ablations, from the step 1 of LABELENC's run with the same seed: name -> overrides.
+# Step-2 variants, from the step 1 of LABELENC's run with the same seed: name -> overrides.
 # Without the auxiliary loss, step 2 differs from the recipe only by its start (head and FPN
-# from step 1): how much of LabelEnc's gain is that start?
+# from step 1): how much of LabelEnc's gain is that start? From scratch, the official step 2
+# throws away the backbone step 1 trained (it would start from ImageNet weights): starting
+# it from step 1's detector instead, with and without the auxiliary loss.
+STEP2_FROM_DETECTOR = ["MODEL.LABELENC.STEP2_BACKBONE", "step1"]
 STEP2_VARIANTS: Dict[str, List] = OrderedDict([
     ("fcos-d2 recipe+LabelEnc, step 2 without auxiliary loss",
      ["MODEL.LABELENC.AUXILIARY_LOSS_ITERS", 0]),
+    ("fcos-d2 recipe+LabelEnc, step 2 from step 1's detector", STEP2_FROM_DETECTOR),
+    ("fcos-d2 recipe+LabelEnc, step 2 from step 1's detector without auxiliary loss",
+     [*STEP2_FROM_DETECTOR, "MODEL.LABELENC.AUXILIARY_LOSS_ITERS", 0]),
 ])
 # The recipe trained as long as LabelEnc's two steps together (600 + 200 + 600), lr x0.1
 # at 5/6 of it as in REGIME: does LabelEnc beat training longer?
@@ -382,7 +388,9 @@ def run_labelenc_step2(name: str, seed: int, output_dir: str, opts: List[str], w
                                            "MODEL.LABELENC.WEIGHTS", weights], labelenc_step=2,
                       regime=regime)
     step2, common2 = train(name, cfg2, seed,
-                           init=lambda model: init_step2_from_step1(model, weights))
+                           init=lambda model: init_step2_from_step1(
+                               model, weights,
+                               backbone_from_step1=cfg2.MODEL.LABELENC.STEP2_BACKBONE == "step1"))
     common = {**common2, **step1_record, "train_seconds_step2": common2["train_seconds"],
               "train_seconds": round(step1_record["train_seconds_step1"]
                                      + common2["train_seconds"], 1)}

@@ -7,6 +7,7 @@ LEF's features as an intermediate target. See ``fcos_d2/modeling/labelenc/__init
 from detectron2.config import CfgNode as CN
 
 STEPS = (0, 1, 2)
+STEP2_BACKBONES = ("weights", "step1")
 
 
 def add_labelenc_config(cfg: CN) -> None:
@@ -45,6 +46,12 @@ def add_labelenc_config(cfg: CN) -> None:
     # Step 2: the auxiliary loss applies during the first this many iterations, then the
     # detector trains alone. Official: 80000 of 90000.
     _C.AUXILIARY_LOSS_ITERS = 80000
+    # Step 2: where the detector's bottom-up backbone starts. "weights": from MODEL.WEIGHTS
+    # (the official step 2: ImageNet weights, or random when training from scratch).
+    # "step1": from step 1's detector (MODEL.LABELENC.WEIGHTS must be fcos-d2's step-1
+    # checkpoint; the official file has no detector). The FPN and the head come from step 1
+    # either way.
+    _C.STEP2_BACKBONE = "weights"
 
 
 def check_labelenc_config(cfg: CN) -> None:
@@ -55,6 +62,9 @@ def check_labelenc_config(cfg: CN) -> None:
     if node.STEP and cfg.MODEL.META_ARCHITECTURE != "FCOS":
         raise ValueError(f"MODEL.LABELENC.STEP {node.STEP} trains an FCOS, but "
                          f"MODEL.META_ARCHITECTURE is '{cfg.MODEL.META_ARCHITECTURE}'")
+    if node.STEP2_BACKBONE not in STEP2_BACKBONES:
+        raise ValueError(f"MODEL.LABELENC.STEP2_BACKBONE: unknown {node.STEP2_BACKBONE!r}, "
+                         f"expected one of {STEP2_BACKBONES}")
     if node.LEF_WIDTH < 1:
         raise ValueError(f"MODEL.LABELENC.LEF_WIDTH: must be >= 1, got {node.LEF_WIDTH}")
     if len(node.LEF_DEPTH) != 4 or min(node.LEF_DEPTH) < 1:

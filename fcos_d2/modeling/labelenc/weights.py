@@ -25,6 +25,7 @@ from torch import Tensor, nn
 from ...checkpoint.official import CheckpointMismatchError, convert_official_key, rename_by_rules
 
 LEF_PREFIX, ADAPTER_PREFIX, HEAD_PREFIX = "label_encoder.", "adapter.", "head."
+BOTTOM_UP_PREFIX = "backbone.bottom_up."
 OFFICIAL_KEYS = ("label_encoding_function", "rpn", "roi_heads")
 
 _BODY_RULES: List[Tuple[str, Any]] = [
@@ -97,10 +98,12 @@ def _with_prefix(state: Dict[str, Tensor], prefix: str) -> Dict[str, Tensor]:
     return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
 
 
-def init_step2_from_step1(model: nn.Module, path: str) -> None:
+def init_step2_from_step1(model: nn.Module, path: str, *, backbone_from_step1: bool = False
+                          ) -> None:
     """Step 2's start: the LEF and the head from the step-1 file ``path`` (fcos-d2's step-1
     checkpoint, or an official ``label_encoding_function.pth``), the detector's FPN (and
-    P6/P7) from the LEF's.
+    P6/P7) from the LEF's; with ``backbone_from_step1`` (MODEL.LABELENC.STEP2_BACKBONE
+    "step1") also the detector's bottom-up backbone from step 1's detector.
 
     Raises:
         ValueError: no path (MODEL.LABELENC.WEIGHTS).
@@ -112,10 +115,19 @@ def init_step2_from_step1(model: nn.Module, path: str) -> None:
         raise ValueError("MODEL.LABELENC.WEIGHTS: step 2 needs the step-1 weights (step 1's "
                          "model_final.pth or an official label_encoding_function.pth)")
     state = load_model_state_dict(path)
-    if "label_encoding_function" in state:
+    official = "label_encoding_function" in state
+    if official and backbone_from_step1:
+        raise CheckpointMismatchError(
+            f"{path}: MODEL.LABELENC.STEP2_BACKBONE 'step1' needs step 1's detector, which an "
+            "official label_encoding_function.pth does not hold; use fcos-d2's step-1 "
+            "model_final.pth, or STEP2_BACKBONE 'weights'")
+    if official:
         state = convert_official_labelenc(state)
-    for module, prefix, part in ((model.label_encoder, LEF_PREFIX, "the label encoder"),
-                                 (model.head, HEAD_PREFIX, "the head")):
+    parts = [(model.label_encoder, LEF_PREFIX, "the label encoder"),
+             (model.head, HEAD_PREFIX, "the head")]
+    if backbone_from_step1:
+        parts.append((model.backbone.bottom_up, BOTTOM_UP_PREFIX, "the detector's backbone"))
+    for module, prefix, part in parts:
         part_state = _with_prefix(state, prefix)
         check_matches(module.state_dict(), part_state,
                        f"{path} (MODEL.LABELENC.WEIGHTS): {part}")
