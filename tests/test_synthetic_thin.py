@@ -10,7 +10,7 @@ from PIL import Image
 import fcos_d2  # noqa: F401  (compat shims before detectron2)
 from detectron2.data import DatasetCatalog, MetadataCatalog
 
-from fcos_d2.data import synthetic, synthetic_thin as thin
+from fcos_d2.data import prepare_dataset, synthetic, synthetic_thin as thin
 
 SAMPLE = 30  # val images the statistics below are measured on
 
@@ -92,3 +92,33 @@ def test_registered_names_point_at_their_own_cache_folder():
         json_file = Path(MetadataCatalog.get(name).json_file)
         assert json_file.parent.parent.name == thin.CACHE_FOLDER != synthetic.CACHE_FOLDER
         assert MetadataCatalog.get(name).thing_classes == list(thin.CLASS_NAMES)
+
+
+@pytest.fixture
+def thin_in_tmp(tmp_path, monkeypatch):
+    """The thin names registered afresh under a temporary cache with few images."""
+    monkeypatch.setitem(thin.NUM_IMAGES, "train", 3)
+    monkeypatch.setitem(thin.NUM_IMAGES, "val", 2)
+    original_root = Path(MetadataCatalog.get("synthetic_thin_val").json_file).parents[1]
+    _unregister()
+    thin.register_synthetic_thin(root=tmp_path / thin.CACHE_FOLDER)
+    yield tmp_path / thin.CACHE_FOLDER
+    _unregister()
+    thin.register_synthetic_thin(root=original_root)
+
+
+def _unregister() -> None:
+    for name in thin.DATASET_SPLITS:
+        DatasetCatalog.remove(name)
+        MetadataCatalog.remove(name)
+
+
+def test_prepare_dataset_generates_the_split_the_metadata_names_and_it_loads(thin_in_tmp):
+    json_file = Path(MetadataCatalog.get("synthetic_thin_val").json_file)
+    assert not json_file.exists()
+    prepare_dataset("synthetic_thin_val")
+    assert json_file.is_file() and len(json.loads(json_file.read_text())["images"]) == 2
+    assert not (thin_in_tmp / "train").exists()
+    dicts = DatasetCatalog.get("synthetic_thin_train")
+    assert len(dicts) == 3 and all(min(d["height"], d["width"]) == 256 for d in dicts)
+    assert {a["category_id"] for d in dicts for a in d["annotations"]} <= set(range(10))
