@@ -28,7 +28,7 @@ import os
 import shutil
 import uuid
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 from PIL import Image, ImageDraw
@@ -77,6 +77,14 @@ _GEOMETRY = {
     "four": ("strokes", [[(0.25, 0.97), (0.25, -0.97), (-0.6, 0.35), (0.65, 0.35)]]),
 }
 _GLYPHS = ("seven", "four")
+
+
+class ThinObject(NamedTuple):
+    """One drawn object: its class, drawn pixel count and (H, W) visible mask."""
+
+    class_index: int
+    full_area: int
+    visible: np.ndarray
 
 
 def stroke_width(diameter: float) -> int:
@@ -145,10 +153,11 @@ def _keeps_visible(full_area: int, visible: np.ndarray) -> bool:
     return max(tight_box(visible)[2:]) >= MIN_BOX_SIZE
 
 
-def _add_object(rng, canvas: np.ndarray, objects: List[list], diameter: float) -> None:
+def _add_object(rng: np.random.Generator, canvas: np.ndarray, objects: List[ThinObject],
+                diameter: float) -> List[ThinObject]:
     """Paints one object into the (H, W, 3) `canvas` where it hides no earlier one by more
-    than ``MAX_HIDDEN_FRACTION``; appends [class, full area, visible mask] to `objects`
-    and updates their visible masks. Drops the object if no place is found."""
+    than ``MAX_HIDDEN_FRACTION``. Returns the objects with updated visible masks, plus the
+    new one unless no place was found."""
     height, width = canvas.shape[:2]
     class_index = int(rng.integers(len(CLASS_NAMES)))
     kind, radius = CLASS_NAMES[class_index], diameter / 2
@@ -159,14 +168,13 @@ def _add_object(rng, canvas: np.ndarray, objects: List[list], diameter: float) -
                                angle=math.radians(rng.uniform(-limit, limit)))
         if not mask.any():
             continue
-        covered = [visible & ~mask for _, _, visible in objects]
-        if all(_keeps_visible(o[1], v) for o, v in zip(objects, covered)) \
+        covered = [obj.visible & ~mask for obj in objects]
+        if all(_keeps_visible(o.full_area, v) for o, v in zip(objects, covered)) \
                 and _keeps_visible(int(mask.sum()), mask):
             canvas[mask] = _pick_color(rng, canvas, mask)
-            for obj, visible in zip(objects, covered):
-                obj[2] = visible
-            objects.append([class_index, int(mask.sum()), mask])
-            return
+            return [o._replace(visible=v) for o, v in zip(objects, covered)] \
+                + [ThinObject(class_index, int(mask.sum()), mask)]
+    return objects
 
 
 def render_thin_image(*, seed: int, index: int) -> Tuple[np.ndarray, List[Tuple[int, np.ndarray]]]:
@@ -178,11 +186,11 @@ def render_thin_image(*, seed: int, index: int) -> Tuple[np.ndarray, List[Tuple[
     canvas = _background(rng, height, width)
     count = 0 if rng.random() < EMPTY_FRACTION else int(rng.integers(1, MAX_OBJECTS + 1))
     diameters = np.exp(rng.uniform(math.log(MIN_DIAMETER), math.log(MAX_DIAMETER), size=count))
-    objects: List[list] = []
+    objects: List[ThinObject] = []
     for diameter in np.sort(diameters)[::-1]:  # large first: small ones stay on top
-        _add_object(rng, canvas, objects, float(diameter))
+        objects = _add_object(rng, canvas, objects, float(diameter))
     pixels = np.clip(np.rint(canvas), 0, 255).astype(np.uint8)
-    return pixels, [(c, visible) for c, _, visible in objects]
+    return pixels, [(obj.class_index, obj.visible) for obj in objects]
 
 
 def write_thin_split(out_dir: Path, *, split: str, num_images: int) -> None:
