@@ -116,3 +116,36 @@ def test_the_diagnostics_table_has_a_row_per_run_with_shares_and_medians():
                        "res2 1.23 |")
     assert rows[3] == "| b | 0 | 2.0 | 0.300 / 0.200 | 3.00 / 9.5 | n/a | n/a | n/a | res2 1.23 |"
     assert len(rows) == 4
+
+
+def test_level_shapes_of_a_padded_image():
+    # 256 x 300 pads to 256 x 320: P3-P5 at strides 8-32, P6 and P7 halve rounding up
+    assert diag.level_shapes(256, 300) == [(32, 40), (16, 20), (8, 10), (4, 5), (2, 3)]
+
+
+def test_positives_are_counted_per_level_over_a_dataset_with_objects_left_out():
+    dataset = [{"height": 64, "width": 64, "annotations": [{"bbox": [0, 0, 10, 10]},
+                                                           {"bbox": [20, 20, 5, 5]}]},
+               {"height": 64, "width": 64, "annotations": []}]
+
+    def first_two_and_one_on_p4(locations, boxes):  # (R,) matches: box 0 only
+        matched = torch.full((sum(len(x) for x in locations),), -1)
+        matched[[0, 1, len(locations[0])]] = 0
+        return matched
+
+    rows = diag.positives_per_level(dataset, {"toy": first_two_and_one_on_p4}).splitlines()
+    assert rows[2] == "| toy | 3 | 66.7 / 33.3 / 0.0 / 0.0 / 0.0 | 1 of 2 |"
+
+
+def test_the_positives_table_of_the_thin_regime_names_every_contender(monkeypatch):
+    monkeypatch.setattr(tq, "_register_datasets", lambda regime: None)
+    from detectron2.data import DatasetCatalog
+
+    dataset = [{"height": 256, "width": 288, "annotations": [{"bbox": [100, 100, 80, 70]}]}]
+    monkeypatch.setattr(DatasetCatalog, "get", lambda name: dataset)
+    rows = tq.positives_table("thin", ["fcos-d2 official", tq.RECIPE]).splitlines()
+    assert [r.split(" | ")[0] for r in rows[2:]] == ["| fcos-d2 official", "| fcos-d2 recipe"]
+    # an 80-px object: its centre region's farthest sides lie 40-64 px away, which is P3
+    # under the official ranges (up to 64) and beyond P3 under the recipe's (up to 32)
+    assert rows[2].split(" | ")[2].startswith("100.0 / 0.0")
+    assert rows[3].split(" | ")[2].startswith("0.0 / ")

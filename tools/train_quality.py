@@ -38,6 +38,7 @@ Usage:
     python tools/train_quality.py --list
     python tools/train_quality.py --labelenc-cost 20   # seconds per training iteration
     python tools/train_quality.py --regime-cost 10     # the same, per regime
+    python tools/train_quality.py --regime thin --positives  # positives per level
 """
 import argparse
 import json
@@ -587,6 +588,32 @@ def regime_iteration_cost(repeats: int) -> str:
     return "\n".join(rows)
 
 
+POSITIVES_CONTENDERS = ["fcos-d2 official", RECIPE, "fcos-d2 atss", f"{RECIPE}+atss-anchors-4"]
+
+
+def positives_table(regime: str, contenders: List[str]) -> str:
+    """Where the assignment of each fcos-d2 contender puts the positives of the regime's
+    training images (``train_quality_diagnostics.positives_per_level``; no training)."""
+    import torch
+    from detectron2.data import DatasetCatalog
+    from detectron2.structures import Boxes, Instances
+
+    from train_quality_diagnostics import positives_per_level
+
+    def assigner(model):
+        def matched(locations, boxes):
+            instances = Instances((1, 1), gt_boxes=Boxes(boxes),
+                                  gt_classes=torch.zeros(len(boxes), dtype=torch.int64))
+            return model.targets(locations, [instances])[2][0]  # (R,)
+        return matched
+
+    _register_datasets(regime)
+    assigners = {name: assigner(build_contender(name, _setup_cfg(name, 0, "unused", [],
+                                                                   regime=regime)))
+                 for name in contenders}
+    return positives_per_level(DatasetCatalog.get(REGIMES[regime].datasets[0][0]), assigners)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--regime", choices=sorted(REGIMES), default="shapes",
@@ -607,6 +634,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--labelenc-cost", type=int, metavar="REPEATS",
                         help="time training iterations of the recipe and LabelEnc's steps "
                              "side by side (REPEATS rounds), print the table and exit")
+    parser.add_argument("--positives", action="store_true",
+                        help="count where the assignment of fcos-d2 contenders (--contenders, "
+                             "default: official, recipe, atss, recipe+atss-anchors-4) puts "
+                             "the positives of the regime's training images, print, exit")
     parser.add_argument("--regime-cost", type=int, metavar="REPEATS",
                         help="time training iterations of the recipe in every regime side "
                              "by side (REPEATS rounds), print the table and exit")
@@ -643,6 +674,12 @@ def main() -> None:
         return
     if args.list:
         print("\n".join(names))
+        return
+    if args.positives:
+        import fcos_d2  # noqa: F401  (before detectron2)
+
+        print(positives_table(args.regime, POSITIVES_CONTENDERS if args.contenders == ["all"]
+                              else args.contenders))
         return
     chosen = default_contenders(names, args.regime) if args.contenders == ["all"] \
         else args.contenders

@@ -18,12 +18,16 @@ gradients and BN buffers after each step. It records, as one JSON-able dict:
 - ``bn``: at the end, per backbone stage (stem, res2-res5), the mean and std of the BN
   layers' running_mean and running_var, and the smallest and largest running_var.
 
+``summarise_diagnostics`` tabulates the records, one row per run; ``positives_per_level``
+counts, without training, where the assigners put the positives of a dataset.
+
 The head and assignment are found for fcos-d2 (``targets``) and detectron2's FCOS
 (``label_anchors``); for another detector (torchvision's) the per-level records are None.
 Symbols: N images, L levels, Hi x Wi level sizes, R = sum(Hi * Wi), K classes.
 """
+import math
 import re
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import torch
 
@@ -32,6 +36,7 @@ from detectron2.engine import HookBase
 from torch import Tensor, nn
 
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
+STRIDES = (8, 16, 32, 64, 128)  # P3-P7
 NOT_LOSSES = {"data_time", "rank_data_time", "lr", "time", "eta_seconds", "num_pos_anchors"}
 
 
@@ -213,3 +218,46 @@ def _diagnostic_cells(d: Dict) -> List[str]:
     cells.append(" ".join(f"{stage} {stats['running_var_mean']:.2f}"
                           for stage, stats in bn.items()) or "n/a")
     return cells
+
+
+def level_shapes(height: int, width: int, divisibility: int = 32) -> List[tuple]:
+    """(Hi, Wi) of P3-P7 for an image padded to `divisibility`: strides 8, 16, 32, then
+    P6 and P7 each halve the level above, rounding up (stride-2 3x3 convs)."""
+    padded = [math.ceil(v / divisibility) * divisibility for v in (height, width)]
+    shapes = [tuple(v // s for v in padded) for s in (8, 16, 32)]
+    for _ in range(2):
+        shapes.append(tuple(math.ceil(v / 2) for v in shapes[-1]))
+    return shapes
+
+
+def positives_per_level(dataset: List[Dict], assigners: Dict[str, Callable]) -> str:
+    """A markdown table: per assigner, the positives over `dataset` (detectron2 dicts,
+    boxes XYWH_ABS, images at their own size, no flips), their share per level P3-P7 and
+    the objects left without a positive. An assigner maps (locations, boxes (M, 4) XYXY)
+    to the matched box index per location (R,), -1 for background."""
+    from fcos_d2.modeling.assignment import compute_locations
+
+    counts = {name: [0] * 5 for name in assigners}
+    orphans = {name: 0 for name in assigners}
+    for record in dataset:
+        boxes = torch.tensor([[x, y, x + w, y + h] for x, y, w, h in
+                              (a["bbox"] for a in record["annotations"])]).reshape(-1, 4)
+        if not len(boxes):
+            continue
+        shapes = level_shapes(record["height"], record["width"])
+        locations = compute_locations(shapes, STRIDES, torch.device("cpu"))
+        level = torch.arange(5).repeat_interleave(torch.tensor([h * w for h, w in shapes]))
+        for name, assign in assigners.items():
+            matched = assign(locations, boxes.float())  # (R,)
+            for index in range(5):
+                counts[name][index] += int(((matched >= 0) & (level == index)).sum())
+            orphans[name] += int((torch.bincount(matched[matched >= 0], minlength=len(boxes))
+                                  == 0).sum())
+    objects = sum(len(r["annotations"]) for r in dataset)
+    rows = ["| assigner | positives | % on P3 / P4 / P5 / P6 / P7 | objects without positives |",
+            "|---|---|---|---|"]
+    for name, levels in counts.items():
+        total = max(sum(levels), 1)
+        share = " / ".join(f"{100 * n / total:.1f}" for n in levels)
+        rows.append(f"| {name} | {sum(levels)} | {share} | {orphans[name]} of {objects} |")
+    return "\n".join(rows)
