@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.fcos-d2-setup-done
 
-.PHONY: setup test browser quickstart benchmark train-quality mask-quality clean-venv
+.PHONY: setup test browser quickstart benchmark train-quality train-quality-thin mask-quality clean-venv
 
 # The stamp records that requirements.txt, detectron2 and fcos-d2 were installed; it is
 # redone when requirements.txt or setup.py change. A second run only verifies imports.
@@ -43,6 +43,13 @@ benchmark: setup
 # output/train_quality/results.jsonl are kept, so an interrupted run continues.
 train-quality: setup
 	$(PY) tools/train_quality.py
+
+# Regime 2 (issue 20): 10 classes of thin and filled objects in 256-352 px images, every
+# contender x 5 seeds, ~4x the iteration cost of the first regime (--regime-cost);
+# results in output/train_quality_thin/. TRAIN_QUALITY_ARGS adds --contenders, --diagnostics ...
+TRAIN_QUALITY_ARGS ?=
+train-quality-thin: setup
+	$(PY) tools/train_quality.py --regime thin $(TRAIN_QUALITY_ARGS)
 
 # Mask AP and latency of SipMask against detectron2's Mask R-CNN (same trunk, data,
 # schedule and evaluator), 3 seeds each, two runs at a time on one thread each; runs

@@ -178,6 +178,8 @@ def add_fcos_config(cfg: CN) -> None:
     # imports this module)
     from .modeling.fast_inference import add_fast_inference_config
     add_fast_inference_config(_C)
+    from .modeling.training_options import add_training_options_config
+    add_training_options_config(_C)  # ASSIGNER, ATSS_TOPK, CLS_LOSS (ATSS, quality focal)
 
 
 def add_checkpoint_config(cfg: CN) -> None:

@@ -129,3 +129,83 @@ def test_a_step2_variant_waits_for_labelenc_of_its_seed():
     assert tq._next_ready(todo, running=[]) == 1
     assert tq._next_ready([(variant, 0)], running=[(tq.LABELENC, 0, None, 0.0)]) is None
     assert tq._next_ready([(variant, 0)], running=[(tq.LABELENC, 1, None, 0.0)]) == 0
+
+
+# ---------------------------------------------------------------- regime 2 ("thin")
+
+def test_thin_regime_has_its_own_data_classes_and_sizes_and_the_same_model_and_schedule():
+    shapes = _cfg("fcos-d2 recipe")
+    thin = tq._setup_cfg(tq.RECIPE, 0, "unused", ["MODEL.FPN.OUT_CHANNELS", 64,
+                                                  "MODEL.FCOS.NUM_CONVS", 1], regime="thin")
+    assert thin.DATASETS.TRAIN == ("train_quality_thin_train",)
+    assert thin.DATASETS.TEST == ("train_quality_thin_val",)
+    assert thin.MODEL.FCOS.NUM_CLASSES == 10
+    assert (thin.INPUT.MIN_SIZE_TRAIN, thin.INPUT.MAX_SIZE_TRAIN) == ((256,), 352)
+    assert (thin.INPUT.MIN_SIZE_TEST, thin.INPUT.MAX_SIZE_TEST) == (256, 352)
+    differ = {f"{section}.{key}" for section in ("MODEL", "SOLVER", "INPUT", "DATASETS")
+              for key, value in shapes[section].items() if thin[section][key] != value}
+    assert differ == {"MODEL.FCOS", "INPUT.MIN_SIZE_TRAIN", "INPUT.MAX_SIZE_TRAIN",
+                      "INPUT.MIN_SIZE_TEST", "INPUT.MAX_SIZE_TEST", "DATASETS.TRAIN",
+                      "DATASETS.TEST"}
+    assert {k for k, v in shapes.MODEL.FCOS.items() if thin.MODEL.FCOS[k] != v} == {"NUM_CLASSES"}
+
+
+def test_shapes_regime_keeps_todays_data_and_seeds_and_thin_has_five_seeds_elsewhere():
+    cfg = _cfg("fcos-d2 official")
+    assert (cfg.DATASETS.TRAIN, cfg.DATASETS.TEST) == ((tq.TRAIN_NAME,), (tq.VAL_NAME,))
+    assert tq.REGIMES["shapes"].datasets == tq.DATASETS and tq.REGIMES["shapes"].overrides == ()
+    assert tq.REGIMES["shapes"].seeds == (0, 1, 2)
+    assert tq.REGIMES["thin"].seeds == (0, 1, 2, 3, 4)
+    assert tq.REGIMES["shapes"].output == "train_quality" != tq.REGIMES["thin"].output
+
+
+def test_a_variant_may_change_the_schedule():
+    assert _cfg("fcos-d2 warmup-200").SOLVER.WARMUP_ITERS == 200
+    assert _cfg("fcos-d2 official").SOLVER.WARMUP_ITERS == 50
+
+
+def test_records_of_the_thin_regime_carry_it_and_shapes_records_stay_as_they_were(monkeypatch):
+    monkeypatch.setattr(tq, "_run_one", lambda *args: [{"contender": "x", "AP": 1.0}])
+    assert tq.run_one("x", 0, "unused", [], regime="thin") == \
+        [{"contender": "x", "AP": 1.0, "regime": "thin"}]
+    assert tq.run_one("x", 0, "unused", []) == [{"contender": "x", "AP": 1.0}]
+
+
+def test_results_of_another_regime_are_refused(tmp_path):
+    path = tmp_path / "results.jsonl"
+    path.write_text('{"contender": "a", "seed": 0}\n')  # no "regime": shapes
+    assert len(tq.checked_results(path, "shapes")) == 1
+    with pytest.raises(SystemExit, match="regime \\['shapes'\\].*--regime thin"):
+        tq.checked_results(path, "thin")
+
+
+def test_children_get_the_regime_and_diagnostics_flags_before_the_overrides(tmp_path):
+    script = tmp_path / "child.py"
+    script.write_text("import sys, pathlib\n"
+                      "pathlib.Path(sys.argv[sys.argv.index('--output') + 1], 'argv.txt')"
+                      ".write_text(' '.join(sys.argv[1:]))\n")
+    tq._run_all([("fcos-d2 recipe", 3)], 1, tmp_path, ["SOLVER.MAX_ITER", "20"],
+                script=str(script), extra_args=["--regime", "thin", "--diagnostics"])
+    assert (tmp_path / "argv.txt").read_text() == (
+        f"--run fcos-d2 recipe --seed 3 --output {tmp_path} --regime thin --diagnostics "
+        "SOLVER.MAX_ITER 20")
+
+
+@pytest.mark.parametrize("variant", list(tq.RECIPE_VARIANTS))
+def test_each_recipe_variant_changes_exactly_the_keys_it_names_on_the_recipe(variant):
+    recipe, cfg = _cfg(tq.RECIPE), _cfg(f"{tq.RECIPE}+{variant}")
+    overrides = tq.RECIPE_VARIANTS[variant]
+    assert {key for key in overrides[::2] if _get(recipe, key) != _get(cfg, key)} == \
+        set(overrides[::2])
+    recipe.defrost()
+    recipe.merge_from_list(overrides)
+    assert recipe == cfg
+    assert f"{tq.RECIPE}+{variant}" in tq.contender_names()
+
+
+def test_all_of_the_shapes_regime_is_todays_contenders_and_thin_runs_every_one():
+    names = tq.contender_names()
+    shapes, thin = tq.default_contenders(names, "shapes"), tq.default_contenders(names, "thin")
+    assert thin == names and {"detectron2", "fcos-d2 like-detectron2", "torchvision"} <= set(thin)
+    assert set(names) - set(shapes) == set(tq.ADDED_WITH_THIN)
+    assert "fcos-d2 atss" in thin and "fcos-d2 recipe+atss" in thin

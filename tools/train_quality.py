@@ -11,6 +11,13 @@ config's (``REGIME``): 600 iterations, linear warm-up of 50, lr x0.1 at 500, so 
 takes about 4 minutes on one CPU core. Relative to the strides, the objects are as large
 as 10-100 px objects in 256-352 px images.
 
+The second regime (``--regime thin``, ``REGIMES``): the 400 train and 100 val images of
+``fcos_d2.data.synthetic_thin`` (10 classes of thin outlines, crosses and line-drawn glyphs
+as well as filled shapes, objects of 10-100 px in images of 256 x 256-352 px, each used at
+its own size), the same model, optimizer and schedule, 5 seeds by default; its results go
+to their own folder (``output/train_quality_thin``) and carry "regime": "thin", and a
+results file of one regime is refused for the other.
+
 Every contender gets the same backbone (built by fcos-d2's backbone builder), data
 loader, optimizer, schedule, seeds and evaluator; only the detector on top differs:
 
@@ -25,10 +32,13 @@ the table (mean, sample std and range of AP over seeds) is printed and written t
 ``OUTPUT/table.md``.
 
 Usage:
-    python tools/train_quality.py [--contenders all|NAME ...] [--seeds 0 1 2] [--jobs 2]
-                                  [--output DIR] [KEY VALUE ...]
+    python tools/train_quality.py [--regime shapes|thin] [--contenders all|NAME ...]
+                                  [--seeds 0 1 2] [--jobs 2] [--output DIR] [--diagnostics]
+                                  [KEY VALUE ...]
     python tools/train_quality.py --list
     python tools/train_quality.py --labelenc-cost 20   # seconds per training iteration
+    python tools/train_quality.py --regime-cost 10     # the same, per regime
+    python tools/train_quality.py --regime thin --positives  # positives per level
 """
 import argparse
 import json
@@ -38,8 +48,9 @@ import subprocess
 import sys
 import time
 from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -51,6 +62,32 @@ TRAIN_IMAGES, VAL_IMAGES = 400, 100
 TRAIN_NAME, VAL_NAME = "train_quality_shapes_train", "train_quality_shapes_val"
 # (dataset name, synthetic split, first images taken)
 DATASETS = ((TRAIN_NAME, "train", TRAIN_IMAGES), (VAL_NAME, "val", VAL_IMAGES))
+
+
+@dataclass(frozen=True)
+class Regime:
+    """A benchmark regime: its data (from the synthetic generator ``generator``), the
+    config overrides its data needs on top of the recipe config, its default seeds and
+    its default output folder (under output/)."""
+
+    datasets: Tuple[Tuple[str, str, int], ...]  # (registered name, split, first images)
+    generator: str  # "shapes" (fcos_d2.data.synthetic) or "thin" (.synthetic_thin)
+    overrides: Tuple = ()
+    seeds: Tuple[int, ...] = (0, 1, 2)
+    output: str = "train_quality"
+
+
+REGIMES: Dict[str, Regime] = {
+    # 128-px shapes, 6 classes (the first table of the README)
+    "shapes": Regime(DATASETS, "shapes"),
+    # 256-352 px images, 10 classes of thin and filled objects of 10-100 px, each image
+    # at its own size: closer to the held-out data of issue 20
+    "thin": Regime((("train_quality_thin_train", "train", TRAIN_IMAGES),
+                    ("train_quality_thin_val", "val", VAL_IMAGES)), "thin",
+                   ("MODEL.FCOS.NUM_CLASSES", 10, "INPUT.MIN_SIZE_TRAIN", (256,),
+                    "INPUT.MAX_SIZE_TRAIN", 352, "INPUT.MIN_SIZE_TEST", 256,
+                    "INPUT.MAX_SIZE_TEST", 352), (0, 1, 2, 3, 4), "train_quality_thin"),
+}
 
 # The official FCOS choices, stated explicitly so that the ablations below switch one at a
 # time whatever the recipe config sets.
@@ -81,8 +118,34 @@ VARIANTS: Dict[str, List[str]] = OrderedDict([
                          "none", "MODEL.FCOS.USE_SCALE", "False", "MODEL.FCOS.IOU_LOSS_SMOOTH",
                          "0.0", "MODEL.FCOS.INFERENCE_TH_ON", "final_score",
                          "MODEL.FCOS.INFERENCE_TH_TEST", "0.2"]),
+    # issue 20's ablations of the variance: the EMA normaliser's momentum (detectron2: 0.9),
+    # the classification prior (official 0.01), a longer warm-up (REGIME: 50), and
+    # detectron2's gradient clipping (per parameter: L2 norm <= CLIP_VALUE 1.0)
+    ("ema-momentum-0.99", ["MODEL.FCOS.LOSS_NORMALIZER", "ema",
+                           "MODEL.FCOS.LOSS_NORMALIZER_EMA_MOMENTUM", "0.99"]),
+    ("prior-0.1", ["MODEL.FCOS.PRIOR_PROB", "0.1"]),
+    ("warmup-200", ["SOLVER.WARMUP_ITERS", "200"]),
+    ("clip-gradients", ["SOLVER.CLIP_GRADIENTS.ENABLED", "True",
+                        "SOLVER.CLIP_GRADIENTS.CLIP_TYPE", "norm"]),
+    # FCOS-family training improvements (MODEL.FCOS.ASSIGNER, MODEL.FCOS.CLS_LOSS)
+    ("atss", ["MODEL.FCOS.ASSIGNER", "atss"]),
+    ("quality-focal", ["MODEL.FCOS.CLS_LOSS", "quality_focal"]),
 ])
 RECIPE = "fcos-d2 recipe"  # the config file as it is
+# Candidates for a recipe that keeps the mean and loses the spread (issue 20): name ->
+# overrides on top of the recipe config (not of OFFICIAL); contender "fcos-d2 recipe+NAME".
+RECIPE_VARIANTS: Dict[str, List[str]] = OrderedDict([
+    ("atss", ["MODEL.FCOS.ASSIGNER", "atss"]),
+    ("quality-focal", ["MODEL.FCOS.CLS_LOSS", "quality_focal"]),
+    ("atss+quality-focal", ["MODEL.FCOS.ASSIGNER", "atss", "MODEL.FCOS.CLS_LOSS",
+                            "quality_focal"]),
+    # ATSS's 8-stride anchors put 10-100 px objects on P3 as the official ranges do; 4
+    # strides spread them as the recipe's halved ranges
+    ("atss-anchors-4", ["MODEL.FCOS.ASSIGNER", "atss", "MODEL.FCOS.ATSS_ANCHOR_SCALE", "4.0"]),
+    ("clip-gradients", ["SOLVER.CLIP_GRADIENTS.ENABLED", "True",
+                        "SOLVER.CLIP_GRADIENTS.CLIP_TYPE", "norm"]),
+    ("warmup-200", ["SOLVER.WARMUP_ITERS", "200"]),
+])
 # LabelEnc (fcos_d2/modeling/labelenc) on the recipe: step 1 with the distance-loss warm-up
 # added to REGIME (a third of it, as the official 30000 of 90000), then step 2 with REGIME
 # and the auxiliary loss for 8/9 of it (the official 80000 of 90000); one run does both,
@@ -122,9 +185,22 @@ EVAL_VARIANTS: Dict[str, tuple] = OrderedDict([
 ])
 
 
+# Contenders added with regime 2: in "all" of --regime thin only, so that "all" of
+# --regime shapes (make train-quality) stays the measured table; by name in both.
+ADDED_WITH_THIN = [f"fcos-d2 {v}" for v in ("ema-momentum-0.99", "prior-0.1", "warmup-200",
+                                             "clip-gradients", "atss", "quality-focal")] \
+    + [f"{RECIPE}+{v}" for v in RECIPE_VARIANTS]
+
+
+def default_contenders(names: List[str], regime: str) -> List[str]:
+    """The contenders of ``--contenders all`` in `regime` among `names`."""
+    return [n for n in names if regime != "shapes" or n not in ADDED_WITH_THIN]
+
+
 def contender_names() -> List[str]:
     """The main contenders first, then the one-at-a-time variants."""
-    variants = [f"fcos-d2 {v}" for v in VARIANTS if v != "official"] + list(EVAL_VARIANTS)
+    variants = [f"fcos-d2 {v}" for v in VARIANTS if v != "official"] + list(EVAL_VARIANTS) \
+        + [f"{RECIPE}+{v}" for v in RECIPE_VARIANTS]
     return ["fcos-d2 official", RECIPE, "detectron2", "torchvision", LABELENC,
             SAME_ITERATIONS, *STEP2_VARIANTS] + variants
 
@@ -134,17 +210,23 @@ def contender_names() -> List[str]:
 def contender_overrides(name: str) -> List[str]:
     """The config overrides that make contender `name` from the recipe config: none for the
     recipe and the other projects' FCOS, OFFICIAL plus the variant's for fcos-d2 variants,
-    and for an inference-only variant its base's plus its own."""
+    the variant's alone for recipe variants, and for an inference-only variant its base's
+    plus its own."""
     if name in EVAL_VARIANTS:
         base, overrides = EVAL_VARIANTS[name]
         return contender_overrides(base) + overrides
     if name.startswith("fcos-d2 ") and name[len("fcos-d2 "):] in VARIANTS:
         return OFFICIAL + VARIANTS[name[len("fcos-d2 "):]]
+    if name.startswith(RECIPE + "+") and name[len(RECIPE) + 1:] in RECIPE_VARIANTS:
+        return list(RECIPE_VARIANTS[name[len(RECIPE) + 1:]])
     return []
 
 
-def _setup_cfg(name: str, seed: int, output_dir: str, opts: List[str], labelenc_step: int = 0):
-    """The config of contender `name` (for LABELENC: of its step `labelenc_step`)."""
+def _setup_cfg(name: str, seed: int, output_dir: str, opts: List[str], labelenc_step: int = 0,
+               regime: str = "shapes"):
+    """The config of contender `name` (for LABELENC: of its step `labelenc_step`) in
+    `regime`: the recipe config, the regime's data, the protocol's schedule, then the
+    contender's overrides (so that a variant may change the schedule too), then `opts`."""
     from detectron2.config import get_cfg
 
     from fcos_d2 import add_fcos_config
@@ -153,10 +235,12 @@ def _setup_cfg(name: str, seed: int, output_dir: str, opts: List[str], labelenc_
     cfg = get_cfg()
     add_fcos_config(cfg)
     cfg.merge_from_file(str(CONFIG))
-    cfg.merge_from_list(contender_overrides(name))
-    cfg.merge_from_list(["DATASETS.TRAIN", (TRAIN_NAME,), "DATASETS.TEST", (VAL_NAME,),
+    (train_name, *_), (val_name, *_) = REGIMES[regime].datasets
+    cfg.merge_from_list(list(REGIMES[regime].overrides))
+    cfg.merge_from_list(["DATASETS.TRAIN", (train_name,), "DATASETS.TEST", (val_name,),
                          "DATALOADER.NUM_WORKERS", 0, "MODEL.DEVICE", "cpu", "SEED", seed,
                          "OUTPUT_DIR", output_dir, *REGIME, *SCHEDULES.get(name, [])])
+    cfg.merge_from_list(contender_overrides(name))
     cfg.merge_from_list(LABELENC_STEPS.get(labelenc_step, []))
     cfg.merge_from_list(opts)
     extend_step1_schedule(cfg)  # as train_net.py: step 1 adds the warm-up to the schedule
@@ -164,13 +248,23 @@ def _setup_cfg(name: str, seed: int, output_dir: str, opts: List[str], labelenc_
     return cfg
 
 
-def _register_datasets() -> None:
+def _register_datasets(regime: str = "shapes") -> None:
     from fcos_d2.data import register_coco_dataset
-    from fcos_d2.data.synthetic import ANNOTATIONS_FILE, IMAGES_FOLDER, ensure_synthetic_shapes
+    from fcos_d2.data.synthetic import ANNOTATIONS_FILE, IMAGES_FOLDER
 
-    for name, split, count in DATASETS:
-        folder = ensure_synthetic_shapes(split, num_images=count)
+    for name, split, count in REGIMES[regime].datasets:
+        folder = _ensure_split(regime, split, count)
         register_coco_dataset(name, str(folder / ANNOTATIONS_FILE), str(folder / IMAGES_FOLDER))
+
+
+def _ensure_split(regime: str, split: str, count: int) -> Path:
+    """The folder of the first `count` images of `split` of the regime's synthetic set,
+    generated unless cached."""
+    from fcos_d2.data.synthetic import ensure_synthetic_shapes
+    from fcos_d2.data.synthetic_thin import ensure_synthetic_thin
+
+    ensure = {"shapes": ensure_synthetic_shapes, "thin": ensure_synthetic_thin}
+    return ensure[REGIMES[regime].generator](split, num_images=count)
 
 
 def build_contender(name: str, cfg):
@@ -187,19 +281,29 @@ def build_contender(name: str, cfg):
     return builder(cfg, build_backbone(cfg))
 
 
-def run_one(name: str, seed: int, output_dir: str, opts: List[str]) -> List[dict]:
-    """Trains contender `name` with `seed`; returns its COCO box metrics and losses, then
-    those of each inference-only variant based on it (``EVAL_VARIANTS``)."""
+def run_one(name: str, seed: int, output_dir: str, opts: List[str], regime: str = "shapes",
+            diagnostics: bool = False) -> List[dict]:
+    """Trains contender `name` with `seed` in `regime`; returns its COCO box metrics and
+    losses (and with `diagnostics` the run's ``train_quality_diagnostics`` record), then
+    those of each inference-only variant based on it (``EVAL_VARIANTS``). Records of a
+    regime other than "shapes" carry its name ("regime")."""
+    tag = {} if regime == "shapes" else {"regime": regime}
+    return [{**record, **tag} for record in _run_one(name, seed, output_dir, opts, regime,
+                                                      diagnostics)]
+
+
+def _run_one(name: str, seed: int, output_dir: str, opts: List[str], regime: str,
+             diagnostics: bool) -> List[dict]:
     import torch
 
     torch.set_num_threads(1)
-    _register_datasets()
+    _register_datasets(regime)
     if name == LABELENC:
-        return [run_labelenc(seed, output_dir, opts)]
+        return [run_labelenc(seed, output_dir, opts, regime)]
     if name in STEP2_VARIANTS:
-        return [run_step2_variant(name, seed, output_dir, opts)]
-    cfg = _setup_cfg(name, seed, output_dir, opts)
-    model, common = train(name, cfg, seed)
+        return [run_step2_variant(name, seed, output_dir, opts, regime)]
+    cfg = _setup_cfg(name, seed, output_dir, opts, regime=regime)
+    model, common = train(name, cfg, seed, diagnostics=diagnostics)
     if common["status"] != "ok":
         return [{"contender": name, "AP": 0.0, "AP50": 0.0, **common}]
     os.makedirs(output_dir, exist_ok=True)
@@ -207,17 +311,19 @@ def run_one(name: str, seed: int, output_dir: str, opts: List[str]) -> List[dict
     results = [{"contender": name, **evaluate(model, cfg), **common}]
     for variant, (base, _) in EVAL_VARIANTS.items():
         if base == name:
-            variant_cfg = _setup_cfg(variant, seed, output_dir, opts)
+            variant_cfg = _setup_cfg(variant, seed, output_dir, opts, regime=regime)
             variant_model = build_contender(variant, variant_cfg)
             variant_model.load_state_dict(model.state_dict())
             results.append({"contender": variant, **evaluate(variant_model, variant_cfg), **common})
     return results
 
 
-def train(name: str, cfg, seed: int, init=None):
+def train(name: str, cfg, seed: int, init=None, diagnostics: bool = False):
     """Builds contender `name` for `cfg` (then calls ``init(model)`` if given) and trains it
     with the protocol's loader, optimizer and schedule; returns it and a dict of the run's
-    seed, status, final losses and training seconds."""
+    seed, status, final losses and training seconds (with `diagnostics`, also
+    "diagnostics": losses, positives per level, gradient norms, BN statistics, regression
+    outputs and positives' scores, from ``train_quality_diagnostics``)."""
     from detectron2.data import build_detection_train_loader
     from detectron2.engine import SimpleTrainer, hooks
     from detectron2.solver import build_lr_scheduler, build_optimizer
@@ -232,24 +338,32 @@ def train(name: str, cfg, seed: int, init=None):
     trainer = SimpleTrainer(model, build_detection_train_loader(cfg), optimizer)
     recorder = _loss_recorder()
     trainer.register_hooks([hooks.LRScheduler(optimizer, scheduler), recorder])
+    if diagnostics:
+        from train_quality_diagnostics import TrainingDiagnostics
+
+        watcher = TrainingDiagnostics(model)
+        trainer.register_hooks([watcher])
     start = time.perf_counter()
     status = "ok"
     try:
         trainer.train(0, cfg.SOLVER.MAX_ITER)
     except FloatingPointError as error:  # SimpleTrainer's check of non-finite losses
         status = f"diverged: {error}"
-    return model, {"seed": seed, "status": status, "final_losses": recorder.tail(),
-                   "train_seconds": round(time.perf_counter() - start, 1)}
+    record = {"seed": seed, "status": status, "final_losses": recorder.tail(),
+              "train_seconds": round(time.perf_counter() - start, 1)}
+    if diagnostics:
+        record["diagnostics"] = watcher.record()
+    return model, record
 
 
-def run_labelenc(seed: int, output_dir: str, opts: List[str]) -> dict:
+def run_labelenc(seed: int, output_dir: str, opts: List[str], regime: str = "shapes") -> dict:
     """LabelEnc's step 1, then its step 2 from it; the AP is that of step 2's weights
     loaded strictly into the plain recipe FCOS. Also reports step 1's detector AP and the
     training seconds of each step."""
     import torch
 
     folder = os.path.join(output_dir, "step1")
-    cfg1 = _setup_cfg(LABELENC, seed, folder, opts, labelenc_step=1)
+    cfg1 = _setup_cfg(LABELENC, seed, folder, opts, labelenc_step=1, regime=regime)
     step1, common1 = train(LABELENC, cfg1, seed)
     if common1["status"] != "ok":
         return {"contender": LABELENC, "AP": 0.0, "AP50": 0.0, **common1,
@@ -259,11 +373,11 @@ def run_labelenc(seed: int, output_dir: str, opts: List[str]) -> dict:
     torch.save({"model": step1.state_dict()}, weights)
     step1_record = {"final_losses_step1": common1["final_losses"], "step1_AP":
                     evaluate(step1, cfg1)["AP"], "train_seconds_step1": common1["train_seconds"]}
-    return run_labelenc_step2(LABELENC, seed, output_dir, opts, weights, step1_record)
+    return run_labelenc_step2(LABELENC, seed, output_dir, opts, weights, step1_record, regime)
 
 
 def run_labelenc_step2(name: str, seed: int, output_dir: str, opts: List[str], weights: str,
-                       step1_record: dict) -> dict:
+                       step1_record: dict, regime: str = "shapes") -> dict:
     """LabelEnc's step 2 from the step-1 file `weights` (with contender `name`'s
     overrides); the AP is that of its weights loaded strictly into the plain recipe FCOS."""
     import torch
@@ -272,7 +386,8 @@ def run_labelenc_step2(name: str, seed: int, output_dir: str, opts: List[str], w
 
     folder = os.path.join(output_dir, "step2")
     cfg2 = _setup_cfg(name, seed, folder, [*STEP2_VARIANTS.get(name, []), *opts,
-                                           "MODEL.LABELENC.WEIGHTS", weights], labelenc_step=2)
+                                           "MODEL.LABELENC.WEIGHTS", weights], labelenc_step=2,
+                      regime=regime)
     step2, common2 = train(name, cfg2, seed,
                            init=lambda model: init_step2_from_step1(
                                model, weights,
@@ -282,7 +397,7 @@ def run_labelenc_step2(name: str, seed: int, output_dir: str, opts: List[str], w
                                      + common2["train_seconds"], 1)}
     if common2["status"] != "ok":
         return {"contender": name, "AP": 0.0, "AP50": 0.0, **common}
-    plain_cfg = _setup_cfg(RECIPE, seed, folder, opts)
+    plain_cfg = _setup_cfg(RECIPE, seed, folder, opts, regime=regime)
     plain = build_contender(RECIPE, plain_cfg)
     plain.load_state_dict(fcos_state_dict(step2.state_dict()))  # strict: a plain FCOS
     os.makedirs(folder, exist_ok=True)
@@ -290,7 +405,8 @@ def run_labelenc_step2(name: str, seed: int, output_dir: str, opts: List[str], w
     return {"contender": name, **evaluate(plain, plain_cfg), **common}
 
 
-def run_step2_variant(name: str, seed: int, output_dir: str, opts: List[str]) -> dict:
+def run_step2_variant(name: str, seed: int, output_dir: str, opts: List[str],
+                      regime: str = "shapes") -> dict:
     """Step 2 of `name` (``STEP2_VARIANTS``) from the step-1 weights of LABELENC's run with
     the same seed, which must have run first (in the same --output)."""
     weights = os.path.join(os.path.dirname(output_dir), f"{LABELENC}-{seed}", "step1",
@@ -302,19 +418,20 @@ def run_step2_variant(name: str, seed: int, output_dir: str, opts: List[str]) ->
                   if r["contender"] == LABELENC and r["seed"] == seed)
     step1_record = {k: record[k] for k in ("final_losses_step1", "step1_AP",
                                            "train_seconds_step1")}
-    return run_labelenc_step2(name, seed, output_dir, opts, weights, step1_record)
+    return run_labelenc_step2(name, seed, output_dir, opts, weights, step1_record, regime)
 
 
 def evaluate(model, cfg) -> Dict[str, float]:
-    """COCO box AP, AP50 and APs of `model` on the validation images."""
+    """COCO box AP, AP50 and APs of `model` on the validation images (``DATASETS.TEST``)."""
     import torch
     from detectron2.data import build_detection_test_loader
     from detectron2.evaluation import COCOEvaluator, inference_on_dataset
 
     model.eval()
-    evaluator = COCOEvaluator(VAL_NAME, tasks=("bbox",), use_fast_impl=False)
+    val_name = cfg.DATASETS.TEST[0]
+    evaluator = COCOEvaluator(val_name, tasks=("bbox",), use_fast_impl=False)
     with torch.no_grad():
-        metrics = inference_on_dataset(model, build_detection_test_loader(cfg, VAL_NAME),
+        metrics = inference_on_dataset(model, build_detection_test_loader(cfg, val_name),
                                        evaluator)["bbox"]
     return {"AP": metrics["AP"], "AP50": metrics["AP50"], "APs": metrics.get("APs")}
 
@@ -431,29 +548,116 @@ def labelenc_iteration_cost(repeats: int) -> str:
     return "\n".join(rows)
 
 
-def main() -> None:
+def regime_iteration_cost(repeats: int) -> str:
+    """A markdown table: the median seconds of one training iteration (forward, backward,
+    SGD step; one thread) of the recipe in each regime, on the first `repeats` batches of
+    the regime's loader, regimes timed in turn in one process so that other load hits all
+    alike (after one warm-up iteration each); and each as a multiple of "shapes"'s."""
+    import itertools
+
+    import torch
+    from detectron2.data import build_detection_train_loader
+    from detectron2.solver import build_optimizer
+    from detectron2.utils.events import EventStorage
+
+    torch.set_num_threads(1)
+    configs, models, optimizers, batches = {}, {}, {}, {}
+    for regime in REGIMES:
+        _register_datasets(regime)
+        configs[regime] = _setup_cfg(RECIPE, 0, "unused", [], regime=regime)
+        models[regime] = build_contender(RECIPE, configs[regime]).train()
+        optimizers[regime] = build_optimizer(configs[regime], models[regime])
+        loader = build_detection_train_loader(configs[regime])
+        batches[regime] = list(itertools.islice(iter(loader), repeats + 1))
+    seconds = {regime: [] for regime in REGIMES}
+    with EventStorage(0):
+        for round_ in range(repeats + 1):  # round 0 warms up
+            for regime, model in models.items():
+                start = time.perf_counter()
+                losses = model(batches[regime][round_])
+                optimizers[regime].zero_grad()
+                sum(losses.values()).backward()
+                optimizers[regime].step()
+                if round_:
+                    seconds[regime].append(time.perf_counter() - start)
+    base = statistics.median(seconds["shapes"])
+    rows = ["| regime | median s per iteration | x shapes | est. min per run (600 it.) |",
+            "|---|---|---|---|"]
+    rows += [f"| {regime} | {statistics.median(s):.3f} | {statistics.median(s) / base:.2f} | "
+             f"{statistics.median(s) * REGIME[1] / 60:.0f} |" for regime, s in seconds.items()]
+    return "\n".join(rows)
+
+
+POSITIVES_CONTENDERS = ["fcos-d2 official", RECIPE, "fcos-d2 atss", f"{RECIPE}+atss-anchors-4"]
+
+
+def positives_table(regime: str, contenders: List[str]) -> str:
+    """Where the assignment of each fcos-d2 contender puts the positives of the regime's
+    training images (``train_quality_diagnostics.positives_per_level``; no training)."""
+    import torch
+    from detectron2.data import DatasetCatalog
+    from detectron2.structures import Boxes, Instances
+
+    from train_quality_diagnostics import positives_per_level
+
+    def assigner(model):
+        def matched(locations, boxes):
+            instances = Instances((1, 1), gt_boxes=Boxes(boxes),
+                                  gt_classes=torch.zeros(len(boxes), dtype=torch.int64))
+            return model.targets(locations, [instances])[2][0]  # (R,)
+        return matched
+
+    _register_datasets(regime)
+    assigners = {name: assigner(build_contender(name, _setup_cfg(name, 0, "unused", [],
+                                                                   regime=regime)))
+                 for name in contenders}
+    return positives_per_level(DatasetCatalog.get(REGIMES[regime].datasets[0][0]), assigners)
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--regime", choices=sorted(REGIMES), default="shapes",
+                        help="shapes: 128-px shapes, 6 classes (default); thin: 256-352 px "
+                             "images, 10 classes of thin and filled objects")
     parser.add_argument("--contenders", nargs="+", default=["all"],
                         help="names as --list prints them, or 'all'")
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--seeds", nargs="+", type=int,
+                        help="default: the regime's (shapes 0 1 2, thin 0 1 2 3 4)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at once, one thread each")
-    parser.add_argument("--output", default=str(REPO / "output" / "train_quality"))
+    parser.add_argument("--output", help="default output/train_quality (shapes), "
+                                         "output/train_quality_thin (thin)")
+    parser.add_argument("--diagnostics", action="store_true",
+                        help="record per run losses over training, positives per level, "
+                             "gradient norms, BN statistics, regression outputs and the "
+                             "positives' scores (train_quality_diagnostics.py)")
     parser.add_argument("--list", action="store_true", help="print the contenders and exit")
     parser.add_argument("--labelenc-cost", type=int, metavar="REPEATS",
                         help="time training iterations of the recipe and LabelEnc's steps "
                              "side by side (REPEATS rounds), print the table and exit")
+    parser.add_argument("--positives", action="store_true",
+                        help="count where the assignment of fcos-d2 contenders (--contenders, "
+                             "default: official, recipe, atss, recipe+atss-anchors-4) puts "
+                             "the positives of the regime's training images, print, exit")
+    parser.add_argument("--regime-cost", type=int, metavar="REPEATS",
+                        help="time training iterations of the recipe in every regime side "
+                             "by side (REPEATS rounds), print the table and exit")
     parser.add_argument("opts", nargs=argparse.REMAINDER, default=[],
                         help="config overrides for every contender (KEY VALUE ...); use a "
                              "separate --output for runs with other overrides")
     parser.add_argument("--run", help=argparse.SUPPRESS)  # child: one contender ...
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)  # ... and one seed
+    return parser
+
+
+def main() -> None:
+    parser = _parser()
     args = parser.parse_args()
-    output = Path(args.output)
+    output = Path(args.output or REPO / "output" / REGIMES[args.regime].output)
     if args.run:
         import fcos_d2  # noqa: F401  (before detectron2)
 
         results = run_one(args.run, args.seed, str(output / "runs" / f"{args.run}-{args.seed}"),
-                          args.opts)
+                          args.opts, regime=args.regime, diagnostics=args.diagnostics)
         with open(output / "results.jsonl", "a") as f:
             f.write("".join(json.dumps(r) + "\n" for r in results))
         return
@@ -462,39 +666,73 @@ def main() -> None:
         print("the installed detectron2 has no detectron2.modeling.meta_arch.fcos: the "
               "'detectron2' contender is left out")
         names.remove("detectron2")
-    if args.labelenc_cost:
+    if args.labelenc_cost or args.regime_cost:
         import fcos_d2  # noqa: F401  (before detectron2)
 
-        print(labelenc_iteration_cost(args.labelenc_cost))
+        print(labelenc_iteration_cost(args.labelenc_cost) if args.labelenc_cost
+              else regime_iteration_cost(args.regime_cost))
         return
     if args.list:
         print("\n".join(names))
         return
-    chosen = names if args.contenders == ["all"] else args.contenders
+    if args.positives:
+        import fcos_d2  # noqa: F401  (before detectron2)
+
+        print(positives_table(args.regime, POSITIVES_CONTENDERS if args.contenders == ["all"]
+                              else args.contenders))
+        return
+    chosen = default_contenders(names, args.regime) if args.contenders == ["all"] \
+        else args.contenders
     unknown = [c for c in chosen if c not in names]
     if unknown:
         parser.error(f"unknown contenders {unknown}; --list prints the names")
+    run_benchmark(chosen, names, args, output)
+
+
+def run_benchmark(chosen: List[str], names: List[str], args, output: Path) -> None:
+    """Runs the (contender, seed) pairs of `chosen` x the seeds not yet in
+    ``output/results.jsonl``, then writes and prints the table of every contender there."""
     output.mkdir(parents=True, exist_ok=True)
-    _prepare_datasets()
-    done = {(r["contender"], r["seed"]) for r in load_results(output / "results.jsonl")}
+    results = checked_results(output / "results.jsonl", args.regime)
+    _prepare_datasets(args.regime)
+    done = {(r["contender"], r["seed"]) for r in results}
     # an inference-only variant comes with its base contender's run
     to_train = list(OrderedDict.fromkeys(EVAL_VARIANTS[c][0] if c in EVAL_VARIANTS else c
                                          for c in chosen))
-    todo = [(c, s) for s in args.seeds for c in to_train if (c, s) not in done]
-    _run_all(todo, args.jobs, output, args.opts)
+    seeds = args.seeds or REGIMES[args.regime].seeds
+    todo = [(c, s) for s in seeds for c in to_train if (c, s) not in done]
+    extra = [*(["--regime", args.regime] if args.regime != "shapes" else []),
+             *(["--diagnostics"] if args.diagnostics else [])]
+    _run_all(todo, args.jobs, output, args.opts, extra_args=extra)
     # every contender with runs in the file, also those of earlier invocations
-    results = load_results(output / "results.jsonl")
+    results = checked_results(output / "results.jsonl", args.regime)
     table = summarise(results, names) + "\n\n" + summarise_times(results, names)
     (output / "table.md").write_text(table + "\n")
     print(table)
+    if any(r.get("diagnostics") for r in results):
+        from train_quality_diagnostics import summarise_diagnostics
+
+        diagnostics = summarise_diagnostics(results, names)
+        (output / "diagnostics.md").write_text(diagnostics + "\n")
+        print("\n" + diagnostics)
 
 
-def _prepare_datasets() -> None:
+def checked_results(path: Path, regime: str) -> List[dict]:
+    """The records of `path`, which must all be of `regime` (a record without "regime" is
+    of "shapes"): results of two regimes never mix in one table."""
+    results = load_results(path)
+    others = sorted({r.get("regime", "shapes") for r in results} - {regime})
+    if others:
+        raise SystemExit(f"{path} holds results of regime {others}, not of '{regime}': use "
+                         f"another --output for --regime {regime}")
+    return results
+
+
+def _prepare_datasets(regime: str = "shapes") -> None:
     import fcos_d2  # noqa: F401
-    from fcos_d2.data.synthetic import ensure_synthetic_shapes
 
-    for _, split, count in DATASETS:  # once here, so that the runs never race to make them
-        ensure_synthetic_shapes(split, num_images=count)
+    for _, split, count in REGIMES[regime].datasets:  # once here: runs never race to make them
+        _ensure_split(regime, split, count)
 
 
 def _next_ready(todo, running):
@@ -507,9 +745,11 @@ def _next_ready(todo, running):
     return None
 
 
-def _run_all(todo, jobs: int, output: Path, opts: List[str], script: str = __file__) -> None:
+def _run_all(todo, jobs: int, output: Path, opts: List[str], script: str = __file__,
+             extra_args: List[str] = ()) -> None:
     """Runs each (contender, seed) in a child process, `jobs` at a time: ``script --run NAME
-    --seed SEED --output OUTPUT OPTS`` (tools/mask_quality.py reuses it with its own)."""
+    --seed SEED --output OUTPUT EXTRA_ARGS OPTS`` (tools/mask_quality.py reuses it with its
+    own script)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join([str(REPO / "tools"), os.environ.get("PYTHONPATH", "")]))
     running = []
@@ -518,7 +758,7 @@ def _run_all(todo, jobs: int, output: Path, opts: List[str], script: str = __fil
             name, seed = todo.pop(_next_ready(todo, running))
             log = open(output / f"log-{name.replace(' ', '_')}-{seed}.txt", "w")
             cmd = [sys.executable, script, "--run", name, "--seed", str(seed), "--output",
-                   str(output), *opts]
+                   str(output), *extra_args, *opts]
             running.append((name, seed, subprocess.Popen(cmd, env=env, stdout=log,
                                                          stderr=subprocess.STDOUT), time.time()))
             print(f"started {name} seed {seed}", flush=True)

@@ -1,4 +1,5 @@
-"""FCOS losses: sigmoid focal loss, IoU-family box loss, centerness BCE.
+"""FCOS losses: sigmoid focal loss (or GFL's quality focal loss), IoU-family box loss,
+centerness BCE.
 
 Symbols: N images, R locations of all levels, K foreground classes (background is K),
 P positive locations of the batch.
@@ -20,6 +21,8 @@ from torch import Tensor
 LOC_LOSS_TYPES = ("iou", "linear_iou", "giou")
 LOC_LOSS_WEIGHTINGS = ("centerness", "none")
 LOSS_NORMALIZERS = ("num_pos", "ema")
+CLS_LOSSES = ("focal", "quality_focal")
+QUALITY_FOCAL_BETA = 2.0  # GFL's beta
 _EPS = 1e-7
 
 
@@ -80,6 +83,38 @@ def sigmoid_focal_loss_sparse(logits: Tensor, labels: Tensor, *, alpha: float,
     return negative.sum() + (positive - negative[rows, labels[rows]]).sum()
 
 
+def quality_focal_loss_sparse(logits: Tensor, labels: Tensor, quality: Tensor, *,
+                              beta: float = QUALITY_FOCAL_BETA) -> Tensor:
+    """Summed quality focal loss (GFL, Li et al. 2020) of (P, K) logits against (P,) labels
+    in [0, K] (K: none), where the P' positives' targets are `quality` (P',) in [0, 1], in
+    the order of the positive rows, instead of 1.
+
+    Each entry with target y (y = quality at a positive's class, 0 elsewhere) and
+    probability p = sigmoid(x) costs BCE(x, y) * |y - p| ** beta. Computed as
+    :func:`sigmoid_focal_loss_sparse` is: every entry as a negative (BCE(x, 0) = softplus(x)),
+    then the positive entries corrected.
+    """
+    probs = logits.sigmoid()
+    negative = probs.pow(beta) * F.softplus(logits)  # (P, K)
+    rows = (labels < logits.shape[1]).nonzero(as_tuple=True)[0]  # (P',)
+    x, p = logits[rows, labels[rows]], probs[rows, labels[rows]]  # (P',)
+    positive = F.binary_cross_entropy_with_logits(x, quality, reduction="none") \
+        * (quality - p).abs().pow(beta)
+    return negative.sum() + (positive - negative[rows, labels[rows]]).sum()
+
+
+def box_iou_ltrb(pred: Tensor, target: Tensor) -> Tensor:
+    """The exact IoU of (P, 4) (l, t, r, b) boxes around the same points -> (P,), 0 where
+    the union is empty."""
+    inner = torch.minimum(pred, target)
+    width = (inner[:, 0] + inner[:, 2]).clamp(min=0)
+    height = (inner[:, 1] + inner[:, 3]).clamp(min=0)
+    intersection = width * height
+    area = lambda b: (b[:, 0] + b[:, 2]) * (b[:, 1] + b[:, 3])  # noqa: E731
+    union = area(pred) + area(target) - intersection
+    return torch.where(union > 0, intersection / union.clamp(min=1e-12), torch.zeros_like(union))
+
+
 def means_over_workers(values: Sequence[float]) -> List[float]:
     """Each value summed over all workers and divided by the number of workers, in one
     all-reduce."""
@@ -134,6 +169,7 @@ def fcos_losses(
     loc_weighting: str = "centerness",
     iou_smooth: float = 1.0,
     normaliser: Optional[Callable[[float, float], Tuple[float, float]]] = None,
+    cls_loss: str = "focal",
 ) -> Dict[str, Tensor]:
     """The three FCOS losses of one batch.
 
@@ -152,6 +188,9 @@ def fcos_losses(
         normaliser: maps the batch's (positives, box-loss weight sum), both averaged over
             workers, to the divisors used; None uses them as they are (official), an
             :class:`EMANormaliser` smooths them.
+        cls_loss: "focal" (official) or "quality_focal": GFL's quality focal loss, the
+            positives' target being the IoU of their predicted box with their box
+            (detached), beta 2 (``focal_alpha``/``focal_gamma`` then unused).
 
     Returns:
         ``loss_fcos_cls``, ``loss_fcos_loc`` and ``loss_fcos_ctr``, float32 scalars.
@@ -161,22 +200,29 @@ def fcos_losses(
             logits.float(), reg_pred.float(), ctr_logits.float(), labels, reg_targets.float(),
             num_classes=num_classes, focal_alpha=focal_alpha, focal_gamma=focal_gamma,
             loc_loss_type=loc_loss_type, loc_weighting=loc_weighting, iou_smooth=iou_smooth,
-            normaliser=normaliser)
+            normaliser=normaliser, cls_loss=cls_loss)
 
 
 def _fcos_losses(logits: Tensor, reg_pred: Tensor, ctr_logits: Tensor, labels: Tensor,
                  reg_targets: Tensor, *, num_classes: int, focal_alpha: float,
                  focal_gamma: float, loc_loss_type: str, loc_weighting: str, iou_smooth: float,
                  normaliser: Optional[Callable[[float, float], Tuple[float, float]]],
-                 ) -> Dict[str, Tensor]:
+                 cls_loss: str = "focal") -> Dict[str, Tensor]:
     """:func:`fcos_losses` on float32 inputs, outside autocast."""
+    if cls_loss not in CLS_LOSSES:
+        raise ValueError(f"MODEL.FCOS.CLS_LOSS: unknown '{cls_loss}', expected one of "
+                         f"{CLS_LOSSES}")
     labels = labels.reshape(-1)  # (N * R,)
     positive = labels < num_classes
-    loss_cls = sigmoid_focal_loss_sparse(logits.reshape(-1, num_classes), labels,
-                                         alpha=focal_alpha, gamma=focal_gamma)
     reg_pred = reg_pred.reshape(-1, 4)[positive]  # (P, 4)
     ctr_logits = ctr_logits.reshape(-1)[positive]  # (P,)
     reg_targets = reg_targets.reshape(-1, 4)[positive]  # (P, 4)
+    if cls_loss == "focal":
+        loss_cls = sigmoid_focal_loss_sparse(logits.reshape(-1, num_classes), labels,
+                                             alpha=focal_alpha, gamma=focal_gamma)
+    else:  # positives in the order of labels' positive rows, as reg_pred's
+        quality = box_iou_ltrb(reg_pred.detach(), reg_targets)
+        loss_cls = quality_focal_loss_sparse(logits.reshape(-1, num_classes), labels, quality)
     ctr_targets = centerness_targets(reg_targets)
     loc_weights = ctr_targets if loc_weighting == "centerness" else torch.ones_like(ctr_targets)
     # One reduction for both normalisers; every worker takes part, also one without positives.

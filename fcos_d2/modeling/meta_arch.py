@@ -22,10 +22,12 @@ from torch import Tensor, nn
 
 from ..engine.amp import CPU_BF16_POLICIES, cpu_autocast_dtype
 from .assignment import assign_targets_with_matches, compute_locations, level_size_ranges
+from .atss import assign_targets_atss
 from .head import FCOSHead
-from .losses import (LOC_LOSS_TYPES, LOC_LOSS_WEIGHTINGS, LOSS_NORMALIZERS, EMANormaliser,
-                     fcos_losses)
+from .losses import (CLS_LOSSES, LOC_LOSS_TYPES, LOC_LOSS_WEIGHTINGS, LOSS_NORMALIZERS,
+                     EMANormaliser, fcos_losses)
 from .postprocess import THRESHOLD_ON, postprocess_image_with_locations
+from .training_options import ASSIGNERS
 
 # MODEL.FCOS.INFERENCE_DTYPE: the autocast precision of backbone and head at inference.
 INFERENCE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16,
@@ -63,6 +65,10 @@ class FCOSBase(nn.Module):
         loss_normalizer_ema: Tuple[float, float] = (300.0, 0.9),
         loc_loss_weighting: str = "centerness",
         iou_loss_smooth: float = 1.0,
+        assigner: str = "fcos",
+        atss_topk: int = 9,
+        atss_anchor_scale: float = 8.0,
+        cls_loss: str = "focal",
         score_thresh: float = 0.05,
         score_thresh_on: str = "probability",
         topk_candidates: int = 1000,
@@ -84,6 +90,8 @@ class FCOSBase(nn.Module):
         for key, value, allowed in (("LOC_LOSS_TYPE", loc_loss_type, LOC_LOSS_TYPES),
                                     ("LOSS_NORMALIZER", loss_normalizer, LOSS_NORMALIZERS),
                                     ("LOC_LOSS_WEIGHTING", loc_loss_weighting, LOC_LOSS_WEIGHTINGS),
+                                    ("ASSIGNER", assigner, ASSIGNERS),
+                                    ("CLS_LOSS", cls_loss, CLS_LOSSES),
                                     ("INFERENCE_TH_ON", score_thresh_on, THRESHOLD_ON),
                                     ("INFERENCE_DTYPE", inference_dtype, tuple(INFERENCE_DTYPES)),
                                     ("CPU_BF16", cpu_bf16, CPU_BF16_POLICIES)):
@@ -92,6 +100,10 @@ class FCOSBase(nn.Module):
                                  f"{allowed}")
         if iou_loss_smooth < 0:
             raise ValueError(f"MODEL.FCOS.IOU_LOSS_SMOOTH: must be >= 0, got {iou_loss_smooth}")
+        if atss_topk < 1:
+            raise ValueError(f"MODEL.FCOS.ATSS_TOPK: must be >= 1, got {atss_topk}")
+        if atss_anchor_scale <= 0:
+            raise ValueError(f"MODEL.FCOS.ATSS_ANCHOR_SCALE: must be > 0, got {atss_anchor_scale}")
         self.head = head
         self.head_in_features = list(head_in_features)
         self.strides = [input_shape[f].stride for f in head_in_features]
@@ -104,6 +116,8 @@ class FCOSBase(nn.Module):
         self.loss_normaliser = EMANormaliser(*loss_normalizer_ema) if loss_normalizer == "ema" \
             else None
         self.loc_loss_weighting, self.iou_loss_smooth = loc_loss_weighting, iou_loss_smooth
+        self.assigner, self.atss_topk, self.cls_loss = assigner, atss_topk, cls_loss
+        self.atss_anchor_scale = atss_anchor_scale
         self.score_thresh, self.topk_candidates = score_thresh, topk_candidates
         self.score_thresh_on = score_thresh_on
         self.nms_thresh, self.max_detections_per_image = nms_thresh, max_detections_per_image
@@ -133,6 +147,10 @@ class FCOSBase(nn.Module):
                                     fcos.LOSS_NORMALIZER_EMA_MOMENTUM),
             "loc_loss_weighting": fcos.LOC_LOSS_WEIGHTING,
             "iou_loss_smooth": fcos.IOU_LOSS_SMOOTH,
+            "assigner": fcos.ASSIGNER,
+            "atss_topk": fcos.ATSS_TOPK,
+            "atss_anchor_scale": fcos.ATSS_ANCHOR_SCALE,
+            "cls_loss": fcos.CLS_LOSS,
             "score_thresh": fcos.INFERENCE_TH_TEST,
             "score_thresh_on": fcos.INFERENCE_TH_ON,
             "topk_candidates": fcos.PRE_NMS_TOPK_TEST,
@@ -164,9 +182,17 @@ class FCOSBase(nn.Module):
     def targets(self, locations: List[Tensor],
                 instances: List[Instances]) -> Tuple[Tensor, Tensor, Tensor]:
         """labels (N, R), regression targets (N, R, 4) and matched box indices (N, R) of
-        the batch (``assign_targets_with_matches``)."""
+        the batch (``assign_targets_with_matches``, or ``assign_targets_atss`` with the
+        "atss" assigner)."""
+        boxes = [x.gt_boxes.tensor for x in instances]
+        classes = [x.gt_classes for x in instances]
+        if self.assigner == "atss":
+            return assign_targets_atss(locations, boxes, classes, strides=self.strides,
+                                       topk=self.atss_topk, num_classes=self.num_classes,
+                                       norm_reg_targets=self.norm_reg_targets,
+                                       anchor_scale=self.atss_anchor_scale)
         return assign_targets_with_matches(
-            locations, [x.gt_boxes.tensor for x in instances], [x.gt_classes for x in instances],
+            locations, boxes, classes,
             strides=self.strides, size_ranges=self.size_ranges,
             center_sampling_radius=self.center_sampling_radius, num_classes=self.num_classes,
             norm_reg_targets=self.norm_reg_targets)
@@ -180,7 +206,8 @@ class FCOSBase(nn.Module):
             reg_targets=reg_targets, num_classes=self.num_classes,
             focal_alpha=self.focal_loss_alpha, focal_gamma=self.focal_loss_gamma,
             loc_loss_type=self.loc_loss_type, loc_weighting=self.loc_loss_weighting,
-            iou_smooth=self.iou_loss_smooth, normaliser=self.loss_normaliser)
+            iou_smooth=self.iou_loss_smooth, normaliser=self.loss_normaliser,
+            cls_loss=self.cls_loss)
 
     def inference(self, locations: List[Tensor], image_sizes: List[Tuple[int, int]],
                   logits: List[Tensor], regression: List[Tensor],

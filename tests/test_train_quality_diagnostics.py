@@ -1,0 +1,151 @@
+"""tools/train_quality_diagnostics.py: a hook that records losses, positives per level,
+gradient norms, BN statistics, regression outputs and the positives' scores of a run
+without changing it."""
+import importlib.util
+import itertools
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from detectron2.engine import SimpleTrainer
+from detectron2.structures import Boxes, Instances
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tools"))
+
+import train_quality as tq  # noqa: E402
+import train_quality_diagnostics as diag  # noqa: E402
+
+
+def test_summary_of_hand_made_values():
+    stats = diag.summary(torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0]))
+    assert stats["n"] == 5 and stats["mean"] == 3.0 and stats["q50"] == 3.0
+    assert stats["std"] == pytest.approx(2.5 ** 0.5, abs=1e-5)
+    assert stats["q5"] == pytest.approx(1.2) and stats["q95"] == pytest.approx(4.8)
+    assert diag.summary(torch.zeros(0)) is None
+
+
+def test_positives_are_counted_per_level():
+    labels = torch.tensor([[0, 3, 3, 1, 3, 2], [3, 3, 3, 3, 0, 3]])  # K = 3; levels of 3, 2, 1
+    assert diag.labels_per_level(labels, [3, 2, 1], num_classes=3) == [1, 2, 1]
+
+
+def test_positive_probabilities_are_read_at_each_positives_class():
+    # one image, K = 2, two levels of 2 x 1 and 1 x 1 locations
+    logits = [torch.tensor([[[[0.0], [1.0]], [[2.0], [3.0]]]]), torch.tensor([[[[4.0]], [[5.0]]]])]
+    labels = torch.tensor([[1, 2, 0]])  # location 0 class 1, location 1 background, 2 class 0
+    probs = diag.positive_probabilities(logits, labels, num_classes=2)
+    assert probs.tolist() == pytest.approx(torch.sigmoid(torch.tensor([2.0, 4.0])).tolist())
+
+
+def _batch():
+    torch.manual_seed(0)
+    instances = Instances((64, 64), gt_boxes=Boxes(torch.tensor([[5.0, 10, 30, 35],
+                                                                   [40, 40, 60, 50]])),
+                          gt_classes=torch.tensor([0, 5]))
+    return [{"image": torch.rand(3, 64, 64) * 255, "instances": instances}] * 2
+
+
+def _train_with_diagnostics(name):
+    cfg = tq._setup_cfg(name, 0, "unused", ["MODEL.FPN.OUT_CHANNELS", 32,
+                                             "MODEL.FCOS.NUM_CONVS", 1])
+    model = tq.build_contender(name, cfg).train()
+    trainer = SimpleTrainer(model, itertools.repeat(_batch()),
+                            torch.optim.SGD(model.parameters(), lr=0.001))
+    watcher = diag.TrainingDiagnostics(model, every=2, window=2)
+    trainer.register_hooks([watcher])
+    trainer.train(0, 3)
+    return watcher.record()
+
+
+def test_a_run_of_fcos_d2_records_every_diagnostic():
+    record = _train_with_diagnostics("fcos-d2 recipe")
+    assert record["iterations"] == 3
+    assert len(record["losses"]["loss_fcos_cls"]) == 2  # windows of 2 iterations: 0-1, 2
+    assert all(len(w) == 5 for w in record["positives_per_level"])  # P3-P7
+    assert sum(record["positives_per_level"][0]) > 0
+    assert record["grad_norm"]["total"]["mean"][0] > 0
+    assert [s["iter"] for s in record["regression"]] == [0, 2]  # every 2, and the last
+    assert len(record["regression"][0]["levels"]) == 5
+    assert record["positive_scores"][0]["n"] > 0
+    assert set(record["bn"]) == {"stem", "res2", "res3", "res4", "res5"}
+    assert record["bn"]["res2"]["running_var_mean"] > 0
+
+
+def test_the_hook_leaves_the_losses_unchanged():
+    cfg = tq._setup_cfg("fcos-d2 recipe", 0, "unused", ["MODEL.FPN.OUT_CHANNELS", 32,
+                                                         "MODEL.FCOS.NUM_CONVS", 1])
+    torch.manual_seed(0)
+    model = tq.build_contender("fcos-d2 recipe", cfg).train()
+    before = model(_batch())
+    watcher = diag.TrainingDiagnostics(model)
+    model.loss_normaliser.values = None  # the EMA starts over
+    after = model(_batch())
+    assert {k: v.item() for k, v in after.items()} == {k: v.item() for k, v in before.items()}
+    assert watcher._labels is not None and watcher._outputs is not None
+
+
+def test_a_run_of_detectron2s_fcos_records_its_positives_too():
+    if importlib.util.find_spec("detectron2.modeling.meta_arch.fcos") is None:
+        pytest.skip("the installed detectron2 has no detectron2.modeling.meta_arch.fcos")
+    record = _train_with_diagnostics("detectron2")
+    assert all(len(w) == 5 for w in record["positives_per_level"])
+    assert sum(record["positives_per_level"][0]) > 0
+    assert record["positive_scores"][0]["n"] > 0
+
+
+def test_the_diagnostics_table_has_a_row_per_run_with_shares_and_medians():
+    level = {"n": 4, "mean": 1.0, "std": 0.0, "q5": 1.0, "q25": 1.0, "q50": 1.5, "q75": 1.0,
+             "q95": 1.0}
+    diagnostics = {
+        "losses": {"loss_fcos_cls": [0.9, 0.5], "loss_fcos_loc": [0.7, 0.25]},
+        "grad_norm": {"total": {"mean": [2.0, 4.0], "max": [3.0, 9.5]}},
+        "positives_per_level": [[30.0, 10.0], [50.0, 10.0]],  # 80 / 20 over the run
+        "positive_scores": [{"iter": 0, "n": 0}, {"iter": 9, **level}],
+        "regression": [{"iter": 9, "levels": [level, None]}],
+        "bn": {"res2": {"running_var_mean": 1.234}},
+    }
+    results = [{"contender": "a", "seed": 1, "AP": 4.56, "diagnostics": diagnostics},
+               {"contender": "a", "seed": 0, "AP": 1.0},  # no diagnostics: no row
+               {"contender": "b", "seed": 0, "AP": 2.0, "diagnostics": {
+                   **diagnostics, "losses": {"classification": [0.3], "bbox_regression": [0.2]},
+                   "positives_per_level": None}}]
+    rows = diag.summarise_diagnostics(results, ["a", "b"]).splitlines()
+    assert rows[2] == ("| a | 1 | 4.6 | 0.500 / 0.250 | 3.00 / 9.5 | 80/20 | 1.500 | 1.50/- | "
+                       "res2 1.23 |")
+    assert rows[3] == "| b | 0 | 2.0 | 0.300 / 0.200 | 3.00 / 9.5 | n/a | n/a | n/a | res2 1.23 |"
+    assert len(rows) == 4
+
+
+def test_level_shapes_of_a_padded_image():
+    # 256 x 300 pads to 256 x 320: P3-P5 at strides 8-32, P6 and P7 halve rounding up
+    assert diag.level_shapes(256, 300) == [(32, 40), (16, 20), (8, 10), (4, 5), (2, 3)]
+
+
+def test_positives_are_counted_per_level_over_a_dataset_with_objects_left_out():
+    dataset = [{"height": 64, "width": 64, "annotations": [{"bbox": [0, 0, 10, 10]},
+                                                           {"bbox": [20, 20, 5, 5]}]},
+               {"height": 64, "width": 64, "annotations": []}]
+
+    def first_two_and_one_on_p4(locations, boxes):  # (R,) matches: box 0 only
+        matched = torch.full((sum(len(x) for x in locations),), -1)
+        matched[[0, 1, len(locations[0])]] = 0
+        return matched
+
+    rows = diag.positives_per_level(dataset, {"toy": first_two_and_one_on_p4}).splitlines()
+    assert rows[2] == "| toy | 3 | 66.7 / 33.3 / 0.0 / 0.0 / 0.0 | 1 of 2 |"
+
+
+def test_the_positives_table_of_the_thin_regime_names_every_contender(monkeypatch):
+    monkeypatch.setattr(tq, "_register_datasets", lambda regime: None)
+    from detectron2.data import DatasetCatalog
+
+    dataset = [{"height": 256, "width": 288, "annotations": [{"bbox": [100, 100, 80, 70]}]}]
+    monkeypatch.setattr(DatasetCatalog, "get", lambda name: dataset)
+    rows = tq.positives_table("thin", ["fcos-d2 official", tq.RECIPE]).splitlines()
+    assert [r.split(" | ")[0] for r in rows[2:]] == ["| fcos-d2 official", "| fcos-d2 recipe"]
+    # an 80-px object: its centre region's farthest sides lie 40-64 px away, which is P3
+    # under the official ranges (up to 64) and beyond P3 under the recipe's (up to 32)
+    assert rows[2].split(" | ")[2].startswith("100.0 / 0.0")
+    assert rows[3].split(" | ")[2].startswith("0.0 / ")
