@@ -2,11 +2,13 @@
 # a ResNet-18 trained from scratch on P3-P4 of the built-in synthetic shapes, 128-px images.
 #
 #     python tools/lazyconfig_train_net.py --config-file configs/lazy/quickstart.py
+import torch
 from detectron2.config import LazyCall as L
 from detectron2.layers import ShapeSpec
 from detectron2.modeling.backbone import ResNet
+from detectron2.solver.build import get_default_optimizer_params
 
-from .fcos_R_50_FPN_1x import dataloader, lr_multiplier, model, optimizer, train
+from .fcos_R_50_FPN_1x import dataloader, lr_multiplier, model, train
 
 bottom_up = model.backbone.bottom_up
 bottom_up.stem.norm = "BN"  # from scratch: FrozenBN only suits pretrained weights
@@ -35,11 +37,19 @@ dataloader.test.mapper.augmentations[0].short_edge_length = 128
 dataloader.test.mapper.augmentations[0].max_size = 128
 dataloader.test.num_workers = 0
 
-optimizer.lr = 0.02
-# lr x0.1 at 2700 and 3100 of 3300 iterations, 100 iterations of linear warm-up from lr / 3.
-lr_multiplier.scheduler.milestones = [2700, 3100]
-lr_multiplier.scheduler.num_updates = 3300
-lr_multiplier.warmup_length = 100 / 3300
+# AdamW, lr 1e-3, weight decay 0.05, none on norms and biases, biases at the base lr
+# (SOLVER.OPTIMIZER "ADAMW" in the yaml).
+optimizer = L(torch.optim.AdamW)(
+    params=L(get_default_optimizer_params)(
+        base_lr="${..lr}", weight_decay_norm=0.0, bias_lr_factor=1.0, weight_decay_bias=0.0),
+    lr=0.001,
+    betas=(0.9, 0.999),
+    weight_decay=0.05,
+)
+# lr x0.1 at 1300 and 1500 of 1600 iterations, 100 iterations of linear warm-up from lr / 3.
+lr_multiplier.scheduler.milestones = [1300, 1500]
+lr_multiplier.scheduler.num_updates = 1600
+lr_multiplier.warmup_length = 100 / 1600
 lr_multiplier.warmup_method = "linear"
 
 # bf16 autocast on a CPU with native bf16 (float32 on other CPUs: train.amp.cpu_bf16 "auto"),
@@ -47,6 +57,6 @@ lr_multiplier.warmup_method = "linear"
 train.amp.enabled = True
 train.output_dir = "output/quickstart_lazy"
 train.init_checkpoint = ""  # from scratch
-train.max_iter = 3300
-train.checkpointer.period = 1100
-train.eval_period = 1100
+train.max_iter = 1600
+train.checkpointer.period = 800
+train.eval_period = 0  # once, after the last iteration
