@@ -101,6 +101,26 @@ def test_detectron2_adapter_builds_when_detectron2_has_fcos():
     assert set(losses) == {"loss_fcos_cls", "loss_fcos_loc", "loss_fcos_ctr"}
 
 
+def test_detectron2_adapter_trains_on_an_image_without_boxes_as_main_does():
+    if importlib.util.find_spec("detectron2.modeling.meta_arch.fcos") is None:
+        pytest.skip("the installed detectron2 has no detectron2.modeling.meta_arch.fcos "
+                    "(v0.6 and main have it)")
+    from detectron2.utils.events import EventStorage
+
+    model = tq.build_contender("detectron2", _cfg("detectron2")).train()
+    empty = _batch()[0]
+    empty["instances"] = empty["instances"][:0]
+    with EventStorage():
+        losses = model([empty, *_batch()])
+        sides = [math.ceil(128 / s) for s in model.anchor_generator.strides]
+        anchors = model.anchor_generator([torch.zeros(1, 1, n, n) for n in sides])
+        labels, boxes = model.label_anchors(anchors, [empty["instances"]])
+    count = sum(n * n for n in sides)
+    assert all(torch.isfinite(v) for v in losses.values())
+    assert labels[0].tolist() == [model.num_classes] * count
+    assert boxes[0].tensor.shape == (count, 4)
+
+
 def test_table_reports_mean_sample_std_and_range_over_seeds():
     results = [{"contender": "a", "seed": s, "AP": ap, "AP50": 2 * ap, "status": "ok"}
                for s, ap in enumerate([1.0, 2.0, 6.0])]

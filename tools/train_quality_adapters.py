@@ -12,6 +12,7 @@ from typing import Dict, List
 
 from detectron2.modeling.postprocessing import detector_postprocess
 from detectron2.structures import Boxes, Instances
+import torch
 from torch import Tensor, nn
 
 
@@ -79,11 +80,38 @@ def _group_norm(channels: int) -> nn.Module:
     return nn.GroupNorm(math.gcd(32, channels), channels)
 
 
+def _fcos_class() -> type:
+    """detectron2's FCOS, taking training images without boxes as main does (all its
+    locations background). v0.6's ``match_anchors`` fails on them (a max over 0 boxes);
+    main's ``label_anchors`` gives such an image background labels and zero boxes."""
+    from detectron2.modeling.meta_arch.fcos import FCOS
+
+    if hasattr(FCOS, "_match_anchors"):  # main: handles them itself
+        return FCOS
+
+    class FCOSWithEmptyImages(FCOS):
+        def label_anchors(self, anchors: List[Boxes], gt_instances: List[Instances]):
+            labels, boxes = [], []
+            for instances in gt_instances:
+                if len(instances):
+                    (label,), (box,) = super().label_anchors(anchors, [instances])
+                else:
+                    count = sum(len(a) for a in anchors)
+                    box = Boxes(anchors[0].tensor.new_zeros(count, 4))
+                    label = torch.full((count,), self.num_classes, dtype=torch.int64,
+                                       device=box.device)
+                labels.append(label)
+                boxes.append(box)
+            return labels, boxes
+
+    return FCOSWithEmptyImages
+
+
 def build_detectron2_fcos(cfg, backbone: nn.Module) -> nn.Module:
     """detectron2's built-in FCOS (in v0.6 and main) with its defaults (EMA loss
     normaliser, no per-level scale, score threshold 0.2 on sqrt(probability *
     centerness)) and the head width, depth and norm of ``MODEL.FCOS``."""
-    from detectron2.modeling.meta_arch.fcos import FCOS, FCOSHead
+    from detectron2.modeling.meta_arch.fcos import FCOSHead
 
     fcos = cfg.MODEL.FCOS
     shapes = [backbone.output_shape()[f] for f in fcos.IN_FEATURES]
@@ -91,7 +119,7 @@ def build_detectron2_fcos(cfg, backbone: nn.Module) -> nn.Module:
                     num_classes=fcos.NUM_CLASSES,
                     norm=_group_norm if fcos.NORM == "GN" else fcos.NORM,
                     prior_prob=fcos.PRIOR_PROB)
-    return FCOS(backbone=backbone, head=head, head_in_features=fcos.IN_FEATURES,
+    return _fcos_class()(backbone=backbone, head=head, head_in_features=fcos.IN_FEATURES,
                 num_classes=fcos.NUM_CLASSES, center_sampling_radius=fcos.CENTER_SAMPLING_RADIUS,
                 pixel_mean=cfg.MODEL.PIXEL_MEAN, pixel_std=cfg.MODEL.PIXEL_STD,
                 max_detections_per_image=cfg.TEST.DETECTIONS_PER_IMAGE)
