@@ -36,6 +36,7 @@ from fcos_d2.report import ReportOptions
 from fcos_d2.report.evaluator import ReportingCOCOEvaluator
 from fcos_d2.engine import CPUAMPTrainer
 from fcos_d2.engine.amp import cpu_autocast_dtype
+from fcos_d2.engine.compile import ReportCompileTime, compile_in_place
 from fcos_d2.engine.heartbeat import ReportProgress
 from fcos_d2.engine.hooks import StopOnNonFiniteLoss, WarnOnLowDiskSpace
 from fcos_d2.engine.launch import add_launcher_arguments, launch_from_args
@@ -59,7 +60,7 @@ class Trainer(DefaultTrainer):
     warning when OUTPUT_DIR is short of space,
     SOLVER.AMP.ENABLED on the CPU (bf16 autocast where the CPU has native bf16, float32
     elsewhere unless MODEL.FCOS.CPU_BF16 says "always"; detectron2's AMPTrainer is
-    CUDA-only), and
+    CUDA-only), the backbone and head compiled with MODEL.FCOS.COMPILE, and
     optionally no evaluation after the last iteration (``skip_final_eval``); LabelEnc's
     training models for MODEL.LABELENC.STEP 1 and 2 (fcos_d2/modeling/labelenc)."""
 
@@ -74,6 +75,13 @@ class Trainer(DefaultTrainer):
             precision = cpu_autocast_dtype(torch.bfloat16, cfg.MODEL.FCOS.CPU_BF16,
                                            what="training", key="SOLVER.AMP.ENABLED")
             self._trainer = CPUAMPTrainer.replacing(self._trainer, precision)
+        if cfg.MODEL.FCOS.COMPILE:  # in place: DDP, checkpoints and evaluation unchanged
+            model = self.model.module if isinstance(self.model, DistributedDataParallel) \
+                else self.model
+            parts = compile_in_place(model, cfg.MODEL.DEVICE)
+            logger.info(f"MODEL.FCOS.COMPILE: {' and '.join(parts)} compiled with "
+                        f"torch.compile; the first iteration compiles them")
+            self.register_hooks([ReportCompileTime(parts)])
 
     @classmethod
     def build_optimizer(cls, cfg, model):

@@ -174,6 +174,11 @@ def add_fcos_config(cfg: CN) -> None:
     # the same up to float rounding. On the 2-core CPU of the quickstart: 0.89x the time of
     # a training iteration in fp32 (measured side by side).
     _C.CHANNELS_LAST = False
+    # Train with the backbone and head compiled by torch.compile (inductor; a C++ compiler
+    # on the CPU, triton on a GPU), in place: checkpoints and evaluation are unchanged
+    # (fcos_d2/engine/compile.py). The first iteration compiles (minutes for an R-50 on a
+    # CPU). Measured: README "Speed", tools/benchmark.py --rows compile.
+    _C.COMPILE = False
     # FAST_INFERENCE: folded BN, channels_last at inference (imported here: fcos_d2.modeling
     # imports this module)
     from .modeling.fast_inference import add_fast_inference_config

@@ -2,6 +2,7 @@
 interleaved timing, the target ratios, row selection, and --device cuda without a GPU."""
 import importlib.util
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -81,9 +82,29 @@ def test_loader_row_times_both_mappers_on_jpegs_with_boxes(benchmark):
 def test_compile_row_says_why_it_skips_without_a_cpp_compiler(benchmark, monkeypatch, capsys):
     import benchmark_compile
 
-    monkeypatch.setattr(benchmark_compile.shutil, "which", lambda name: None)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
     rows = benchmark_compile.row(benchmark.parse_args(["--rows", "compile"]), None, None,
                                  (64, 96))
     assert rows == [{"row": "compile", "skipped": "no C++ compiler (c++, g++ or clang++) on "
                                                   "PATH: inductor needs one on the CPU"}]
     assert "skipped: no C++ compiler" in capsys.readouterr().out
+
+
+def test_compile_row_compares_training_losses_and_gradients(benchmark):
+    import benchmark_compile
+    import benchmark_contenders as bc
+
+    torch.manual_seed(0)
+    eager = bc.fcos_d2_contender("cpu")
+    same = bc.fcos_d2_contender("cpu")
+    same.model.load_state_dict(eager.model.state_dict())
+    images, targets = bc.random_images(1, 64, 96, "cpu"), bc.random_targets(1, 3, 64, 96, "cpu")
+    equal = benchmark_compile._training_differences(eager, same, images, targets)
+    assert equal == {"training_loss_rel_diff": 0.0,
+                     "training_grad_max_abs_diff_over_largest": 0.0}
+    with torch.no_grad():
+        same.model.head.cls_logits.bias += 1.0  # another model: another loss
+    differ = benchmark_compile._training_differences(eager, same, images, targets)
+    assert differ["training_loss_rel_diff"] > 1e-3
+    assert differ["training_grad_max_abs_diff_over_largest"] > 1e-3
+    assert all(p.grad is None or not p.grad.any() for p in eager.model.parameters())

@@ -6,32 +6,44 @@ compile time (the first call) and the largest difference of the outputs.
 Pre- and post-processing (ImageList, assignment, NMS) stay eager: they hold
 data-dependent shapes, and the dense part is nearly all of the time.
 """
-import shutil
 import time
 from typing import Callable, Dict, List
 
 import torch
 
+from fcos_d2.engine.compile import compile_in_place, compiler_missing
+
 TARGET = 1.15  # eager time over compiled time, for a key to be worth shipping
 
 
-def compiler_available() -> str:
-    """"" if inductor can compile for the CPU here, else why not."""
-    if not hasattr(torch, "compile"):
-        return f"torch {torch.__version__} has no torch.compile"
-    if not any(shutil.which(name) for name in ("c++", "g++", "clang++")):
-        return "no C++ compiler (c++, g++ or clang++) on PATH: inductor needs one on the CPU"
-    return ""
-
-
-def _compiled_copy(contender, build: Callable):
-    """A second contender of the same weights whose backbone and head are compiled."""
+def _compiled_copy(contender, build: Callable, device: str):
+    """A second contender of the same weights whose backbone and head are compiled in place,
+    as MODEL.FCOS.COMPILE does in training."""
     twin = build()
     twin.model.load_state_dict(contender.model.state_dict())
     twin.model.train(contender.model.training)
-    twin.model.backbone = torch.compile(twin.model.backbone)
-    twin.model.head = torch.compile(twin.model.head)
+    compile_in_place(twin.model, device)
     return twin
+
+
+def _training_differences(eager, compiled, images, targets) -> Dict[str, float]:
+    """Largest relative differences of the loss and of the gradients of one forward and
+    backward pass (same weights, same batch), compiled against eager; the gradients are
+    zeroed after."""
+    results = []
+    for contender in (eager, compiled):
+        contender.model.zero_grad()
+        loss = contender.loss(images, targets)
+        loss.backward()
+        grads = [p.grad.detach().clone() for p in contender.model.parameters()
+                 if p.grad is not None]
+        results.append((float(loss), grads))
+        contender.model.zero_grad()
+    (loss_e, grads_e), (loss_c, grads_c) = results
+    largest = max(float(g.abs().max()) for g in grads_e)
+    return {"training_loss_rel_diff": abs(loss_c - loss_e) / max(abs(loss_e), 1e-12),
+            "training_grad_max_abs_diff_over_largest":
+                max(float((c - e).abs().max()) for c, e in zip(grads_c, grads_e)) / largest}
 
 
 def _first_call_seconds(fn: Callable) -> float:
@@ -71,13 +83,15 @@ def measure(device: str, image_size, repeats: int, interleaved, training_step) -
                                "compiled": lambda: fast_compiled.infer(images)}, repeats, device)
     result["inference_eager_s"], result["inference_compiled_s"] = \
         medians["eager"], medians["compiled"]
-    train_eager, train_compiled = build(), None
-    train_compiled = _compiled_copy(train_eager, build)
+    train_eager = build()
+    train_compiled = _compiled_copy(train_eager, build, device)
     images = bc.random_images(2, *image_size, device)
     targets = bc.random_targets(2, 20, *image_size, device)
+    start = time.perf_counter()  # the first compiled pass compiles
+    result.update(_training_differences(train_eager, train_compiled, images, targets))
+    result["training_compile_s"] = time.perf_counter() - start
     steps = {"eager": training_step(train_eager, device, False),
              "compiled": training_step(train_compiled, device, False)}
-    result["training_compile_s"] = _first_call_seconds(lambda: steps["compiled"](images, targets))
     medians = interleaved({name: (lambda s=s: s(images, targets)) for name, s in steps.items()},
                           repeats, device)
     result["training_eager_s"], result["training_compiled_s"] = \
@@ -88,7 +102,7 @@ def measure(device: str, image_size, repeats: int, interleaved, training_step) -
 def row(args, interleaved, training_step, image_size) -> List[dict]:
     print(f"\n[compile: torch.compile (inductor) of backbone + head, "
           f"{'x'.join(map(str, image_size))}]")
-    missing = compiler_available()
+    missing = compiler_missing(args.device)
     if missing:
         print(f"  skipped: {missing}")
         return [{"row": "compile", "skipped": missing}]
@@ -102,5 +116,7 @@ def row(args, interleaved, training_step, image_size) -> List[dict]:
               f"{result[f'{mode}_compiled_s']:.3f} s: {speedup:.2f}x; compile (first call) "
               f"{result[f'{mode}_compile_s']:.0f} s")
     print(f"  inference outputs, largest |compiled - eager|: "
-          f"{result['inference_max_abs_diff']:.1e}")
+          f"{result['inference_max_abs_diff']:.1e}; training: loss relative difference "
+          f"{result['training_loss_rel_diff']:.1e}, gradients' largest difference "
+          f"{result['training_grad_max_abs_diff_over_largest']:.1e} of the largest gradient")
     return [{"row": "compile", **result, "targets": targets}]
