@@ -42,14 +42,15 @@ def test_adamw_keeps_detectrons_parameter_groups():
     assert optimizer.defaults["betas"] == (0.8, 0.99)
 
 
-def test_adamw_steps_like_torchs_adamw():
+def test_adamw_steps_like_torchs_adamw_with_the_fused_kernel():
     torch.manual_seed(0)
     model = tiny_model()
     reference = [p.detach().clone().requires_grad_() for p in model.parameters()]
     ours = build_optimizer(solver_cfg("SOLVER.OPTIMIZER", "ADAMW", "SOLVER.BIAS_LR_FACTOR", 1.0,
                                       "SOLVER.WEIGHT_DECAY_NORM", 0.05,
                                       "SOLVER.WEIGHT_DECAY_BIAS", 0.05), model)
-    theirs = torch.optim.AdamW(reference, lr=0.001, weight_decay=0.05)
+    theirs = torch.optim.AdamW(reference, lr=0.001, weight_decay=0.05)  # the loop kernel
+    assert ours.defaults["fused"] is True  # one kernel for all parameters on the CPU
     x = torch.randn(2, 3, 8, 8)
     for _ in range(3):
         for params, optimizer in ((list(model.parameters()), ours), (reference, theirs)):
