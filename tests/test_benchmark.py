@@ -108,3 +108,16 @@ def test_compile_row_compares_training_losses_and_gradients(benchmark):
     assert differ["training_loss_rel_diff"] > 1e-3
     assert differ["training_grad_max_abs_diff_over_largest"] > 1e-3
     assert all(p.grad is None or not p.grad.any() for p in eager.model.parameters())
+
+
+def test_labelenc_row_times_the_stripped_step2_model_against_plain_fcos(benchmark):
+    args = benchmark.parse_args(["--rows", "labelenc", "--repeats", "1"])
+    import benchmark_labelenc
+
+    rows = benchmark_labelenc.row(args, benchmark.interleaved_medians,
+                                  benchmark._backbone_head_macs, (64, 96))
+    assert [r["contender"] for r in rows] == ["plain FCOS-R50", "LabelEnc step 2's FCOS-R50"]
+    plain, labelenc = rows
+    assert labelenc["parameters"] == plain["parameters"]
+    assert labelenc["gmacs"] == plain["gmacs"] > 0
+    assert labelenc["seconds"] > 0 and plain["latency_vs_plain"] == 1.0

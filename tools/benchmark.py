@@ -18,6 +18,8 @@ Rows (``--rows``, comma-separated; default all):
              training step, compile time, output difference
   loader     images/s of one loader worker: FCOSDatasetMapper against detectron2's
              DatasetMapper on 800x1333 JPEGs with the COCO augmentations
+  labelenc   the plain FCOS that LabelEnc's step 2 leaves (LEF and adapter stripped, loaded
+             strictly) against plain FCOS-R50: latency, parameters, MACs
 
 Adding a row: one function ``row_<name>(args) -> List[dict]`` that prints its table and
 returns its results, and an entry in ``ROWS``.
@@ -337,6 +339,12 @@ def row_loader(args) -> List[dict]:
     return benchmark_loader.row(args.repeats)
 
 
+def row_labelenc(args) -> List[dict]:
+    import benchmark_labelenc
+
+    return benchmark_labelenc.row(args, interleaved_medians, _backbone_head_macs, size(args))
+
+
 def row_compile(args) -> List[dict]:
     import benchmark_compile
 
@@ -345,7 +353,7 @@ def row_compile(args) -> List[dict]:
 
 ROWS = {"inference": row_inference, "training": row_training, "flops": row_flops,
         "memory": row_memory, "parts": row_parts, "onnx": row_onnx, "loader": row_loader,
-        "compile": row_compile}
+        "compile": row_compile, "labelenc": row_labelenc}
 
 
 def target_ratios(rows: Dict[str, List[dict]], device: str,
