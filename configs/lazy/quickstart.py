@@ -15,10 +15,10 @@ bottom_up.stem.norm = "BN"  # from scratch: FrozenBN only suits pretrained weigh
 bottom_up.stages = L(ResNet.make_default_stages)(depth=18, norm="BN")
 bottom_up.out_features = ["res3", "res4"]  # no res5: res4 already sees the whole image
 bottom_up.freeze_at = 0
-model.backbone.out_channels = 128
+model.backbone.out_channels = 96
 model.backbone.top_block = None  # no P6/P7 (TOP_BLOCKS_IN "")
 
-model.head.input_shape = [ShapeSpec(channels=128)] * 2
+model.head.input_shape = [ShapeSpec(channels=96)] * 2
 model.head.num_convs = 2
 model.head_in_features = ["p3", "p4"]
 model.sizes_of_interest = [32]
