@@ -100,8 +100,8 @@ def test_compile_row_compares_training_losses_and_gradients(benchmark):
     same.model.load_state_dict(eager.model.state_dict())
     images, targets = bc.random_images(1, 64, 96, "cpu"), bc.random_targets(1, 3, 64, 96, "cpu")
     equal = benchmark_compile._training_differences(eager, same, images, targets)
-    assert equal == {"training_loss_rel_diff": 0.0,
-                     "training_grad_max_abs_diff_over_largest": 0.0}
+    assert equal.keys() == {"training_loss_rel_diff", "training_grad_max_abs_diff_over_largest"}
+    assert all(value <= 1e-6 for value in equal.values())  # threads may sum in another order
     with torch.no_grad():
         same.model.head.cls_logits.bias += 1.0  # another model: another loss
     differ = benchmark_compile._training_differences(eager, same, images, targets)

@@ -145,6 +145,8 @@ def test_tta_of_a_mask_model_scores_its_boxes_only(tiny_masks, tmp_path):
                "MODEL.FCOS.INFERENCE_TH_TEST", "0.0", base=get_config_file("quickstart.yaml"))
     torch.manual_seed(0)
     model = FCOSWithBoxMasks(cfg).eval()
+    with torch.no_grad():  # every location a box about a stride from it on each side
+        model.head.bbox_pred.bias.fill_(1.0)
     found = model([{"image": torch.zeros(3, SIZE, SIZE)}])[0]["instances"]
     assert len(found) and found.pred_masks.shape == (len(found), SIZE, SIZE)
     results = Trainer.test_with_TTA(cfg, model, iterations=1)
