@@ -37,7 +37,7 @@ def _training_differences(eager, compiled, images, targets) -> Dict[str, float]:
         loss.backward()
         grads = [p.grad.detach().clone() for p in contender.model.parameters()
                  if p.grad is not None]
-        results.append((float(loss), grads))
+        results.append((loss.item(), grads))
         contender.model.zero_grad()
     (loss_e, grads_e), (loss_c, grads_c) = results
     largest = max(float(g.abs().max()) for g in grads_e)
