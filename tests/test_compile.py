@@ -16,6 +16,7 @@ from torch import nn
 from fcos_d2 import add_fcos_config
 from fcos_d2.engine import compile as compile_module
 from fcos_d2.engine.compile import compile_in_place, compiler_missing
+from tiny_training import load_train_net, register_two_images
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -113,17 +114,8 @@ def test_train_net_trains_compiled_and_saves_the_plain_keys(tmp_path, caplog):
     missing = compiler_missing("cpu")
     if missing:
         pytest.skip(f"torch.compile cannot run here: {missing}")
-    import importlib.util
-
-    from fcos_d2.data import synthetic
-    from fcos_d2.data.register import register_coco_dataset
-
-    spec = importlib.util.spec_from_file_location("train_net", REPO / "train_net.py")
-    train_net = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(train_net)
-    synthetic.write_split(tmp_path, split="val", num_images=2)
-    register_coco_dataset("compile_tiny", str(tmp_path / "annotations.json"),
-                          str(tmp_path / "images"))
+    train_net = load_train_net()
+    register_two_images(tmp_path, "compile_tiny")
     cfg = _tiny_cfg("MODEL.FCOS.COMPILE", True, "SOLVER.AMP.ENABLED", False,
                     "SOLVER.IMS_PER_BATCH", 2, "SOLVER.MAX_ITER", 2,
                     "DATALOADER.NUM_WORKERS", 0, "DATASETS.TRAIN", ("compile_tiny",),

@@ -2,7 +2,6 @@
 bf16 from PyTorch's CPUID probe, /proc/cpuinfo and sysctl; training (SOLVER.AMP.ENABLED) and
 inference (INFERENCE_DTYPE bfloat16) fall back to float32 elsewhere, saying so in the log,
 unless CPU_BF16 is "always"."""
-import importlib.util
 import logging
 from pathlib import Path
 
@@ -13,10 +12,9 @@ from detectron2.modeling import build_model
 from detectron2.structures import Boxes, Instances
 
 from fcos_d2 import add_fcos_config
-from fcos_d2.data import synthetic
-from fcos_d2.data.register import register_coco_dataset
 from fcos_d2.engine import amp
 from fcos_d2.engine.amp import CPUAMPTrainer, cpu_has_native_bf16, resolve_cpu_bf16
+from tiny_training import load_train_net, register_two_images
 
 REPO = Path(__file__).resolve().parents[1]
 AVX2 = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma avx512f\n"
@@ -120,12 +118,8 @@ def test_cpu_bf16_always_keeps_bf16_inference_on_such_a_cpu(cpu_without_bf16):
                                                ("always", torch.bfloat16)])
 def test_train_net_amp_trains_float32_on_a_cpu_without_native_bf16(
         tmp_path, monkeypatch, cpu_without_bf16, caplog, policy, precision):
-    spec = importlib.util.spec_from_file_location("train_net", REPO / "train_net.py")
-    train_net = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(train_net)
-    synthetic.write_split(tmp_path, split="val", num_images=2)
-    register_coco_dataset(f"bf16_tiny_{policy}", str(tmp_path / "annotations.json"),
-                          str(tmp_path / "images"))
+    train_net = load_train_net()
+    register_two_images(tmp_path, f"bf16_tiny_{policy}")
     cfg = _tiny_cfg(CPU_BF16=policy)
     cfg.merge_from_list(["SOLVER.AMP.ENABLED", True, "SOLVER.IMS_PER_BATCH", 2,
                          "SOLVER.MAX_ITER", 1, "DATALOADER.NUM_WORKERS", 0,

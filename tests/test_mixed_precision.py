@@ -1,7 +1,6 @@
 """Reduced precision: MODEL.FCOS.INFERENCE_DTYPE (backbone and head under autocast,
 post-processing in float32), losses computed in float32 under autocast, and
 SOLVER.AMP.ENABLED on the CPU (bf16 autocast in CPUAMPTrainer)."""
-import importlib.util
 import itertools
 from pathlib import Path
 
@@ -12,10 +11,9 @@ from detectron2.modeling import build_model
 from detectron2.structures import Boxes, Instances
 
 from fcos_d2 import add_fcos_config
-from fcos_d2.data import synthetic
-from fcos_d2.data.register import register_coco_dataset
 from fcos_d2.engine import CPUAMPTrainer
 from fcos_d2.modeling.losses import fcos_losses
+from tiny_training import load_train_net, register_two_images
 
 REPO = Path(__file__).resolve().parents[1]
 BF16 = torch.bfloat16
@@ -139,12 +137,8 @@ def test_cpu_amp_trainer_runs_the_forward_in_bf16_and_keeps_float32_weights():
 
 
 def test_train_net_trains_two_iterations_with_solver_amp_on_the_cpu(tmp_path, monkeypatch):
-    spec = importlib.util.spec_from_file_location("train_net", REPO / "train_net.py")
-    train_net = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(train_net)
-    synthetic.write_split(tmp_path, split="val", num_images=2)
-    register_coco_dataset("amp_tiny", str(tmp_path / "annotations.json"),
-                          str(tmp_path / "images"))
+    train_net = load_train_net()
+    register_two_images(tmp_path, "amp_tiny")
     cfg = _tiny_cfg()
     cfg.merge_from_list(["SOLVER.AMP.ENABLED", True, "SOLVER.IMS_PER_BATCH", 2,
                          "SOLVER.MAX_ITER", 2, "DATALOADER.NUM_WORKERS", 0,
