@@ -21,7 +21,7 @@ $(STAMP): requirements.txt setup.py tools/install_detectron2.py
 	@touch $@
 
 test: setup browser
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=15 tests
 
 # Headless Chromium (Debian's chromium) for the browser check of report.html in
 # tests/test_evaluation_report.py. Best effort: where it cannot be installed (no apt-get,
