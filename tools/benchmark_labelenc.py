@@ -1,7 +1,7 @@
 """The labelenc row of tools/benchmark.py: what LabelEnc's step 2 leaves for inference is a
 plain FCOS. The weights of a ``configs/LabelEnc/FCOS-R50-step2.yaml`` training model,
 without the LEF and the adapter (``fcos_state_dict``, as ``model_final_fcos.pth``), load
-strictly into the plain ``configs/FCOS-R50.yaml`` model; that model is timed against a
+strictly into the plain FCOS of that config (``configs/FCOS-R50.yaml``'s); that model is timed against a
 plain FCOS-R50 of its own weights, interleaved, both as inference runs them (the fast
 path of the configs), with parameters and backbone + head MACs (fvcore) counted.
 """
@@ -19,7 +19,6 @@ from fcos_d2.modeling.labelenc.weights import fcos_state_dict
 
 REPO = Path(__file__).resolve().parents[1]
 STEP2_CONFIG = REPO / "configs" / "LabelEnc" / "FCOS-R50-step2.yaml"
-PLAIN_CONFIG = REPO / "configs" / "FCOS-R50.yaml"
 
 
 def _cfg(path: Path, device: str, *opts):
@@ -43,9 +42,9 @@ def row(args, interleaved: Callable, macs: Callable, image_size) -> List[dict]:
     import benchmark_contenders as bc
 
     torch.manual_seed(0)
-    models = {"plain FCOS-R50": build_model(_cfg(PLAIN_CONFIG, args.device)),
+    cfg = bc.fcos_d2_cfg(args.device)  # configs/FCOS-R50.yaml
+    models = {"plain FCOS-R50": build_model(cfg),
               "LabelEnc step 2's FCOS-R50": labelenc_plain_model(args.device)}
-    cfg = _cfg(PLAIN_CONFIG, args.device)
     contenders = {name: bc._detectron2_style(name, inference_model(
         model.to(args.device).eval(), fast_inference_enabled(cfg)))
         for name, model in models.items()}

@@ -66,15 +66,16 @@ class ReportCompileTime(HookBase):
 
     def __init__(self, parts: List[str]):
         self.parts = parts
-        self._start = None
+        self._start = None  # perf_counter at the first step, until it is reported
+        self._reported = False
 
     def before_step(self):
         if self._start is None:
             self._start = time.perf_counter()
 
     def after_step(self):
-        if self._start is not None and self._start > 0:
+        if not self._reported:
             seconds = time.perf_counter() - self._start
             logger.info(f"MODEL.FCOS.COMPILE: the first iteration, which compiled the "
                         f"{' and '.join(self.parts)}, took {seconds:.1f} s")
-            self._start = 0.0  # reported
+            self._reported = True
