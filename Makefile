@@ -20,8 +20,11 @@ $(STAMP): requirements.txt setup.py tools/install_detectron2.py
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	@touch $@
 
+# Two pytest workers (pytest-xdist), a test file per worker at a time so that a module's
+# fixtures are built once; tests/conftest.py gives each worker its share of the CPU threads.
+TEST_WORKERS ?= 2
 test: setup browser
-	$(PY) -m pytest -q --durations=15 tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15 tests
 
 # Headless Chromium (Debian's chromium) for the browser check of report.html in
 # tests/test_evaluation_report.py. Best effort: where it cannot be installed (no apt-get,

@@ -1,5 +1,13 @@
+import os
 import sys
 from pathlib import Path
+
+# Under pytest-xdist (`make test` runs 2 workers), each worker and the processes its tests
+# start get their share of the cores instead of all of them: two workers of 2 threads
+# each on 2 cores make OpenMP threads wait for a core. Set before torch is imported.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1 and "OMP_NUM_THREADS" not in os.environ:
+    os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // _WORKERS))
 
 import pytest
 
