@@ -39,6 +39,8 @@ Usage:
     python tools/train_quality.py --labelenc-cost 20   # seconds per training iteration
     python tools/train_quality.py --regime-cost 10     # the same, per regime
     python tools/train_quality.py --regime thin --positives  # positives per level
+    python tools/train_quality.py --regime thin --reevaluate 500  # stored runs, 500 more
+                                                                  # validation images
 """
 import argparse
 import json
@@ -50,7 +52,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -641,6 +643,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--regime-cost", type=int, metavar="REPEATS",
                         help="time training iterations of the recipe in every regime side "
                              "by side (REPEATS rounds), print the table and exit")
+    parser.add_argument("--reevaluate", type=int, metavar="N",
+                        help="score every stored run's weights (of --contenders) on the N "
+                             "validation images after the regime's first ones, write "
+                             "OUTPUT/reevaluated.jsonl, print the table of both and exit "
+                             "(train_quality_reevaluate.py)")
     parser.add_argument("opts", nargs=argparse.REMAINDER, default=[],
                         help="config overrides for every contender (KEY VALUE ...); use a "
                              "separate --output for runs with other overrides")
@@ -680,6 +687,10 @@ def main() -> None:
 
         print(positives_table(args.regime, POSITIVES_CONTENDERS if args.contenders == ["all"]
                               else args.contenders))
+        return
+    if args.reevaluate:
+        print(reevaluate_runs(args.regime, output, args.reevaluate,
+                              None if args.contenders == ["all"] else args.contenders))
         return
     chosen = default_contenders(names, args.regime) if args.contenders == ["all"] \
         else args.contenders
@@ -726,6 +737,40 @@ def checked_results(path: Path, regime: str) -> List[dict]:
         raise SystemExit(f"{path} holds results of regime {others}, not of '{regime}': use "
                          f"another --output for --regime {regime}")
     return results
+
+
+def reevaluate_runs(regime: str, output: Path, count: int,
+                    contenders: Optional[List[str]] = None) -> str:
+    """Scores the runs stored under `output` on the `count` validation images of `regime`
+    after its first ones (``train_quality_reevaluate``); returns the table of both scores."""
+    import fcos_d2  # noqa: F401  (before detectron2)
+    import torch
+    from fcos_d2.data import register_coco_dataset
+    from fcos_d2.data.synthetic import ANNOTATIONS_FILE, IMAGES_FOLDER
+
+    from train_quality_reevaluate import (EXTRA_VAL_NAME, further_images, reevaluate,
+                                          reevaluation_table, stored_runs)
+
+    torch.set_num_threads(1)
+    _register_datasets(regime)
+    (_, val_split, val_count) = REGIMES[regime].datasets[1]
+    folder = _ensure_split(regime, val_split, val_count + count)
+    name = EXTRA_VAL_NAME.format(regime=regime, count=count)
+    coco = json.loads((folder / ANNOTATIONS_FILE).read_text())
+    annotations = output / f"{name}.json"
+    annotations.write_text(json.dumps(further_images(coco, val_count)))
+    register_coco_dataset(name, str(annotations), str(folder / IMAGES_FOLDER))
+
+    def build(contender: str, seed: int, dataset: str):
+        cfg = _setup_cfg(contender, seed, str(output / "runs" / f"{contender}-{seed}"),
+                         ["DATASETS.TEST", (dataset,)], regime=regime)
+        return build_contender(contender, cfg), cfg
+
+    further = reevaluate(stored_runs(output / "runs", contenders), build=build,
+                         evaluate=evaluate, dataset_name=name,
+                         results_file=output / "reevaluated.jsonl")
+    return reevaluation_table(checked_results(output / "results.jsonl", regime), further,
+                              count, val_count)
 
 
 def _prepare_datasets(regime: str = "shapes") -> None:
