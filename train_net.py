@@ -22,7 +22,7 @@ from detectron2.engine import DefaultTrainer, default_argument_parser, default_s
 from detectron2.evaluation import verify_results
 from detectron2.utils import comm
 from detectron2.utils.logger import setup_logger
-from torch.nn.parallel import DistributedDataParallel
+from fcos_d2.parallel import unwrap_ddp
 
 from fcos_d2 import FCOSWithTTA, add_fcos_config, compat
 from fcos_d2.checkpoint import FCOSCheckpointer
@@ -52,11 +52,6 @@ from fcos_d2.visualization import save_loader_predictions
 logger = logging.getLogger("fcos_d2")
 
 
-def _unwrapped(model: torch.nn.Module) -> torch.nn.Module:
-    """The model inside DistributedDataParallel, or `model` itself."""
-    return model.module if isinstance(model, DistributedDataParallel) else model
-
-
 class Trainer(DefaultTrainer):
     """DefaultTrainer with COCO box evaluation, a summary.txt per evaluation, data loaders
     that use FCOSDatasetMapper and drop invalid boxes, atomic checkpoints (FCOSCheckpointer),
@@ -81,7 +76,7 @@ class Trainer(DefaultTrainer):
                                            what="training", key="SOLVER.AMP.ENABLED")
             self._trainer = CPUAMPTrainer.replacing(self._trainer, precision)
         if cfg.MODEL.FCOS.COMPILE:  # in place: DDP, checkpoints and evaluation unchanged
-            parts = compile_in_place(_unwrapped(self.model), cfg.MODEL.DEVICE)
+            parts = compile_in_place(unwrap_ddp(self.model), cfg.MODEL.DEVICE)
             logger.info(f"MODEL.FCOS.COMPILE: {' and '.join(parts)} compiled with "
                         f"torch.compile; the first iteration compiles them")
             self.register_hooks([ReportCompileTime(parts)])
@@ -106,7 +101,7 @@ class Trainer(DefaultTrainer):
         super().resume_or_load(resume=resume)
         if self.cfg.MODEL.LABELENC.STEP == 2 and not resuming:
             init_step2_from_step1(
-                _unwrapped(self.model), self.cfg.MODEL.LABELENC.WEIGHTS,
+                unwrap_ddp(self.model), self.cfg.MODEL.LABELENC.WEIGHTS,
                 backbone_from_step1=self.cfg.MODEL.LABELENC.STEP2_BACKBONE == "step1")
 
     @classmethod
@@ -236,7 +231,7 @@ def main(args):
         trainer.resume_or_load(resume=args.resume)
         results, model = trainer.train(), trainer.model
     if args.vis_val and comm.is_main_process():
-        model = inference_model(_unwrapped(model), fast_inference_enabled(cfg))
+        model = inference_model(unwrap_ddp(model), fast_inference_enabled(cfg))
         name = cfg.DATASETS.TEST[0]
         folder = os.path.join(cfg.OUTPUT_DIR, "inference", name, "predictions")
         save_loader_predictions(model, Trainer.build_test_loader(cfg, name),

@@ -69,8 +69,9 @@ def reevaluate(runs: List[tuple], *, build: Callable, evaluate: Callable,
     ``evaluate(model, cfg)`` the metrics. Appends and returns every record of the file."""
     import torch
 
-    records = [json.loads(line) for line in results_file.read_text().splitlines()] \
-        if results_file.is_file() else []
+    from train_quality import load_results
+
+    records = load_results(results_file)
     done = {(r["contender"], r["seed"], r["dataset"]) for r in records}
     for name, seed, weights in runs:
         if (name, seed, dataset_name) in done:

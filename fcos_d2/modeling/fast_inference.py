@@ -15,7 +15,7 @@ import copy
 import torch
 from detectron2.config import CfgNode as CN
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
+from ..parallel import unwrap_ddp
 
 from .fold import fold_batchnorm
 
@@ -68,8 +68,7 @@ def inference_model(model: nn.Module, enabled: bool = True) -> nn.Module:
     """
     if not enabled:
         return model
-    if isinstance(model, DistributedDataParallel):
-        model = model.module
+    model = unwrap_ddp(model)
     layout = hasattr(model, "channels_last") and not model.channels_last
     was_training = model.training
     model.eval()  # eval-mode BN is what folds; restored below

@@ -18,7 +18,7 @@ from detectron2.layers import batched_nms
 from detectron2.modeling import DatasetMapperTTA
 from detectron2.structures import Boxes, Instances
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
+from ..parallel import unwrap_ddp
 
 from .meta_arch import FCOS
 
@@ -52,8 +52,7 @@ class FCOSWithTTA(nn.Module):
             batch_size: copies run through the model at once.
         """
         super().__init__()
-        if isinstance(model, DistributedDataParallel):
-            model = model.module
+        model = unwrap_ddp(model)
         if not isinstance(model, FCOS):
             raise TypeError(f"FCOSWithTTA: needs an FCOS model (MODEL.META_ARCHITECTURE "
                             f"'FCOS'), got {type(model).__name__}")

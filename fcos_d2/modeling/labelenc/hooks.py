@@ -4,7 +4,7 @@ import os
 import torch
 from detectron2.engine import HookBase
 from detectron2.utils import comm
-from torch.nn.parallel import DistributedDataParallel
+from ...parallel import unwrap_ddp
 
 from ...checkpoint.atomic import atomic_write
 from .weights import fcos_state_dict
@@ -25,8 +25,7 @@ class SaveFCOSWeights(HookBase):
         # trainer.iter reaches max_iter only when the training finished (not on an error)
         if not comm.is_main_process() or self.trainer.iter < self.trainer.max_iter:
             return
-        model = self.trainer.model
-        model = model.module if isinstance(model, DistributedDataParallel) else model
+        model = unwrap_ddp(self.trainer.model)
         state = fcos_state_dict(model.state_dict())
         payload = {"model": state, "iteration": self.trainer.max_iter - 1,
                    "__author__": "fcos-d2 LabelEnc step 2 (plain FCOS weights)"}
