@@ -229,3 +229,19 @@ def test_all_of_the_shapes_regime_is_todays_contenders_and_thin_runs_every_one()
     assert thin == names and {"detectron2", "fcos-d2 like-detectron2", "torchvision"} <= set(thin)
     assert set(names) - set(shapes) == set(tq.ADDED_WITH_THIN)
     assert "fcos-d2 atss" in thin and "fcos-d2 recipe+atss" in thin
+
+
+@pytest.mark.parametrize("variant", list(tq.DETECTRON2_VARIANTS))
+def test_a_detectron2_variant_is_detectron2s_fcos_with_exactly_its_schedule_change(variant):
+    name = f"{tq.DETECTRON2}+{variant}"
+    base, cfg = _cfg(tq.DETECTRON2), _cfg(name)
+    base.defrost()
+    base.merge_from_list(tq.DETECTRON2_VARIANTS[variant])
+    assert base == cfg and name in tq.contender_names()
+    assert all(key.startswith("SOLVER.") for key in tq.DETECTRON2_VARIANTS[variant][::2])
+    if importlib.util.find_spec("detectron2.modeling.meta_arch.fcos") is None:
+        pytest.skip("the installed detectron2 has no detectron2.modeling.meta_arch.fcos "
+                    "(v0.6 and main have it); the config part above ran")
+    from detectron2.modeling.meta_arch.fcos import FCOS
+
+    assert isinstance(tq.build_contender(name, cfg), FCOS)

@@ -24,7 +24,8 @@ loader, optimizer, schedule, seeds and evaluator; only the detector on top diffe
 - ``fcos-d2 <variant>``: fcos-d2 with ``MODEL.FCOS`` options (``VARIANTS``);
 - ``torchvision``: ``torchvision.models.detection.FCOS`` on the same backbone;
 - ``detectron2``: detectron2's built-in FCOS (``detectron2.modeling.meta_arch.fcos``,
-  unregistered, in v0.6 and main), where the installed detectron2 has it.
+  unregistered, in v0.6 and main), where the installed detectron2 has it;
+  ``detectron2+<variant>`` with a schedule change (``DETECTRON2_VARIANTS``).
 
 Each (contender, seed) runs in its own process with one thread; ``--jobs`` run at once.
 Results are appended to ``OUTPUT/results.jsonl`` (runs found there are not repeated), and
@@ -148,6 +149,13 @@ RECIPE_VARIANTS: Dict[str, List[str]] = OrderedDict([
                         "SOLVER.CLIP_GRADIENTS.CLIP_TYPE", "norm"]),
     ("warmup-200", ["SOLVER.WARMUP_ITERS", "200"]),
 ])
+# A schedule candidate changes every contender's training, not fcos-d2's alone: the same
+# change on detectron2's FCOS, contender "detectron2+NAME", tells whether it is the
+# recipe's gain or everyone's.
+DETECTRON2 = "detectron2"
+DETECTRON2_VARIANTS: Dict[str, List[str]] = OrderedDict([
+    ("warmup-200", RECIPE_VARIANTS["warmup-200"]),
+])
 # LabelEnc (fcos_d2/modeling/labelenc) on the recipe: step 1 with the distance-loss warm-up
 # added to REGIME (a third of it, as the official 30000 of 90000), then step 2 with REGIME
 # and the auxiliary loss for 8/9 of it (the official 80000 of 90000); one run does both,
@@ -191,7 +199,8 @@ EVAL_VARIANTS: Dict[str, tuple] = OrderedDict([
 # --regime shapes (make train-quality) stays the measured table; by name in both.
 ADDED_WITH_THIN = [f"fcos-d2 {v}" for v in ("ema-momentum-0.99", "prior-0.1", "warmup-200",
                                              "clip-gradients", "atss", "quality-focal")] \
-    + [f"{RECIPE}+{v}" for v in RECIPE_VARIANTS]
+    + [f"{RECIPE}+{v}" for v in RECIPE_VARIANTS] \
+    + [f"{DETECTRON2}+{v}" for v in DETECTRON2_VARIANTS]
 
 
 def default_contenders(names: List[str], regime: str) -> List[str]:
@@ -202,8 +211,9 @@ def default_contenders(names: List[str], regime: str) -> List[str]:
 def contender_names() -> List[str]:
     """The main contenders first, then the one-at-a-time variants."""
     variants = [f"fcos-d2 {v}" for v in VARIANTS if v != "official"] + list(EVAL_VARIANTS) \
-        + [f"{RECIPE}+{v}" for v in RECIPE_VARIANTS]
-    return ["fcos-d2 official", RECIPE, "detectron2", "torchvision", LABELENC,
+        + [f"{RECIPE}+{v}" for v in RECIPE_VARIANTS] \
+        + [f"{DETECTRON2}+{v}" for v in DETECTRON2_VARIANTS]
+    return ["fcos-d2 official", RECIPE, DETECTRON2, "torchvision", LABELENC,
             SAME_ITERATIONS, *STEP2_VARIANTS] + variants
 
 
@@ -212,8 +222,8 @@ def contender_names() -> List[str]:
 def contender_overrides(name: str) -> List[str]:
     """The config overrides that make contender `name` from the recipe config: none for the
     recipe and the other projects' FCOS, OFFICIAL plus the variant's for fcos-d2 variants,
-    the variant's alone for recipe variants, and for an inference-only variant its base's
-    plus its own."""
+    the variant's alone for recipe and detectron2 variants, and for an inference-only
+    variant its base's plus its own."""
     if name in EVAL_VARIANTS:
         base, overrides = EVAL_VARIANTS[name]
         return contender_overrides(base) + overrides
@@ -221,6 +231,8 @@ def contender_overrides(name: str) -> List[str]:
         return OFFICIAL + VARIANTS[name[len("fcos-d2 "):]]
     if name.startswith(RECIPE + "+") and name[len(RECIPE) + 1:] in RECIPE_VARIANTS:
         return list(RECIPE_VARIANTS[name[len(RECIPE) + 1:]])
+    if name.startswith(DETECTRON2 + "+") and name[len(DETECTRON2) + 1:] in DETECTRON2_VARIANTS:
+        return list(DETECTRON2_VARIANTS[name[len(DETECTRON2) + 1:]])
     return []
 
 
@@ -279,7 +291,8 @@ def build_contender(name: str, cfg):
         return build_labelenc_model(cfg)  # detectron2's build_model unless a LabelEnc step
     from train_quality_adapters import build_detectron2_fcos, build_torchvision_fcos
 
-    builder = {"torchvision": build_torchvision_fcos, "detectron2": build_detectron2_fcos}[name]
+    base = name.split("+")[0]  # "detectron2+NAME": detectron2's FCOS, NAME's schedule
+    builder = {"torchvision": build_torchvision_fcos, DETECTRON2: build_detectron2_fcos}[base]
     return builder(cfg, build_backbone(cfg))
 
 
@@ -672,7 +685,7 @@ def main() -> None:
     if not has_detectron2_fcos():
         print("the installed detectron2 has no detectron2.modeling.meta_arch.fcos: the "
               "'detectron2' contender is left out")
-        names.remove("detectron2")
+        names = [n for n in names if n.split("+")[0] != DETECTRON2]
     if args.labelenc_cost or args.regime_cost:
         import fcos_d2  # noqa: F401  (before detectron2)
 
