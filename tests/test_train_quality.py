@@ -245,3 +245,55 @@ def test_a_detectron2_variant_is_detectron2s_fcos_with_exactly_its_schedule_chan
     from detectron2.modeling.meta_arch.fcos import FCOS
 
     assert isinstance(tq.build_contender(name, cfg), FCOS)
+
+
+def _toy_dataset(folder: Path, name: str) -> None:
+    """Registers `name`: 6 random 64 x 64 images in `folder` with one box each."""
+    from detectron2.data import DatasetCatalog, MetadataCatalog
+    from detectron2.structures import BoxMode
+    from PIL import Image
+
+    generator = torch.Generator().manual_seed(0)
+    records = []
+    for i in range(6):
+        path = folder / f"{i}.png"
+        pixels = torch.randint(0, 255, (64, 64, 3), generator=generator, dtype=torch.uint8)
+        Image.fromarray(pixels.numpy()).save(path)
+        records.append({"file_name": str(path), "image_id": i, "height": 64, "width": 64,
+                        "annotations": [{"bbox": [8 + i, 10, 30, 24], "bbox_mode": BoxMode.XYWH_ABS,
+                                         "category_id": i % 3}]})
+    if name in DatasetCatalog.list():
+        DatasetCatalog.remove(name)
+    DatasetCatalog.register(name, lambda: records)
+    MetadataCatalog.get(name).set(thing_classes=["a", "b", "c"])
+
+
+def test_init_seed_reseeds_the_initial_weights_alone_and_equal_to_the_seed_is_the_plain_run(
+        tmp_path, monkeypatch):
+    _toy_dataset(tmp_path, "train_quality_init_seed_toy")
+    cfg = _cfg(tq.RECIPE, "DATASETS.TRAIN", ("train_quality_init_seed_toy",),
+               "SOLVER.MAX_ITER", 3, "SOLVER.IMS_PER_BATCH", 2, "INPUT.MIN_SIZE_TRAIN", (64,),
+               "INPUT.MAX_SIZE_TRAIN", 64, "MODEL.RESNETS.DEPTH", 18,
+               "MODEL.RESNETS.RES2_OUT_CHANNELS", 64)
+    build, runs = tq.build_contender, []
+
+    def recording_build(name, cfg):  # the initial weights and what each iteration is fed
+        model = build(name, cfg)
+        initial = [p.detach().clone() for p in model.parameters()]
+        fed = []
+        forward = model.forward
+        model.forward = lambda batch: (fed.append(
+            [(d["file_name"], d["image"][0, 0, :6].tolist()) for d in batch]), forward(batch))[1]
+        runs.append((initial, fed))
+        return model
+
+    monkeypatch.setattr(tq, "build_contender", recording_build)
+    plain, _ = tq.train(tq.RECIPE, cfg, seed=0)
+    same, _ = tq.train(tq.RECIPE, cfg, seed=0, init_seed=0)
+    other, _ = tq.train(tq.RECIPE, cfg, seed=0, init_seed=1)
+    (plain_init, plain_fed), (same_init, same_fed), (other_init, other_fed) = runs
+    assert len(plain_fed) == 3 and plain_fed == same_fed == other_fed  # images and flips
+    assert all(torch.equal(a, b) for a, b in zip(plain_init, same_init))
+    assert all(torch.equal(a, b) for a, b in zip(plain.state_dict().values(),
+                                                 same.state_dict().values()))
+    assert not all(torch.equal(a, b) for a, b in zip(plain_init, other_init))

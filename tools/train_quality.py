@@ -297,28 +297,33 @@ def build_contender(name: str, cfg):
 
 
 def run_one(name: str, seed: int, output_dir: str, opts: List[str], regime: str = "shapes",
-            diagnostics: bool = False) -> List[dict]:
+            diagnostics: bool = False, init_seed: Optional[int] = None) -> List[dict]:
     """Trains contender `name` with `seed` in `regime`; returns its COCO box metrics and
     losses (and with `diagnostics` the run's ``train_quality_diagnostics`` record), then
     those of each inference-only variant based on it (``EVAL_VARIANTS``). Records of a
-    regime other than "shapes" carry its name ("regime")."""
+    regime other than "shapes" carry its name ("regime"). With `init_seed`, the weights are
+    initialised from it instead of `seed` (``train``), and the records carry it."""
     tag = {} if regime == "shapes" else {"regime": regime}
+    if init_seed is not None:
+        tag["init_seed"] = init_seed
     return [{**record, **tag} for record in _run_one(name, seed, output_dir, opts, regime,
-                                                      diagnostics)]
+                                                      diagnostics, init_seed)]
 
 
 def _run_one(name: str, seed: int, output_dir: str, opts: List[str], regime: str,
-             diagnostics: bool) -> List[dict]:
+             diagnostics: bool, init_seed: Optional[int]) -> List[dict]:
     import torch
 
     torch.set_num_threads(1)
     _register_datasets(regime)
+    if init_seed is not None and (name == LABELENC or name in STEP2_VARIANTS):
+        raise ValueError(f"--init-seed is for one-step contenders; {name!r} trains in steps")
     if name == LABELENC:
         return [run_labelenc(seed, output_dir, opts, regime)]
     if name in STEP2_VARIANTS:
         return [run_step2_variant(name, seed, output_dir, opts, regime)]
     cfg = _setup_cfg(name, seed, output_dir, opts, regime=regime)
-    model, common = train(name, cfg, seed, diagnostics=diagnostics)
+    model, common = train(name, cfg, seed, diagnostics=diagnostics, init_seed=init_seed)
     if common["status"] != "ok":
         return [{"contender": name, "AP": 0.0, "AP50": 0.0, **common}]
     os.makedirs(output_dir, exist_ok=True)
@@ -333,18 +338,27 @@ def _run_one(name: str, seed: int, output_dir: str, opts: List[str], regime: str
     return results
 
 
-def train(name: str, cfg, seed: int, init=None, diagnostics: bool = False):
+def train(name: str, cfg, seed: int, init=None, diagnostics: bool = False,
+          init_seed: Optional[int] = None):
     """Builds contender `name` for `cfg` (then calls ``init(model)`` if given) and trains it
     with the protocol's loader, optimizer and schedule; returns it and a dict of the run's
     seed, status, final losses and training seconds (with `diagnostics`, also
     "diagnostics": losses, positives per level, gradient norms, BN statistics, regression
-    outputs and positives' scores, from ``train_quality_diagnostics``)."""
+    outputs and positives' scores, from ``train_quality_diagnostics``).
+
+    `seed` seeds every generator (detectron2's ``seed_all_rng``); `init_seed`, if given,
+    then reseeds torch's alone. Torch's generator draws the initial weights and numpy's the
+    image order (``TrainingSampler``'s seed) and the augmentation, so the two seeds split a
+    run's randomness into initialisation and data; ``init_seed == seed`` is the plain run."""
+    import torch
     from detectron2.data import build_detection_train_loader
     from detectron2.engine import SimpleTrainer, hooks
     from detectron2.solver import build_lr_scheduler, build_optimizer
     from detectron2.utils.env import seed_all_rng
 
     seed_all_rng(seed)
+    if init_seed is not None:
+        torch.manual_seed(init_seed)
     model = build_contender(name, cfg)
     if init is not None:
         init(model)
@@ -661,6 +675,11 @@ def _parser() -> argparse.ArgumentParser:
                              "validation images after the regime's first ones, write "
                              "OUTPUT/reevaluated.jsonl, print the table of both and exit "
                              "(train_quality_reevaluate.py)")
+    parser.add_argument("--init-seed", type=int, metavar="N",
+                        help="initialise the weights from seed N in every run, while each "
+                             "run's seed still draws the image order and augmentation: "
+                             "tells initialisation from data as a source of variance "
+                             "(default output: the regime's folder / init_seed_N)")
     parser.add_argument("opts", nargs=argparse.REMAINDER, default=[],
                         help="config overrides for every contender (KEY VALUE ...); use a "
                              "separate --output for runs with other overrides")
@@ -673,11 +692,14 @@ def main() -> None:
     parser = _parser()
     args = parser.parse_args()
     output = Path(args.output or REPO / "output" / REGIMES[args.regime].output)
+    if args.init_seed is not None and not args.output:
+        output = output / f"init_seed_{args.init_seed}"
     if args.run:
         import fcos_d2  # noqa: F401  (before detectron2)
 
         results = run_one(args.run, args.seed, str(output / "runs" / f"{args.run}-{args.seed}"),
-                          args.opts, regime=args.regime, diagnostics=args.diagnostics)
+                          args.opts, regime=args.regime, diagnostics=args.diagnostics,
+                          init_seed=args.init_seed)
         with open(output / "results.jsonl", "a") as f:
             f.write("".join(json.dumps(r) + "\n" for r in results))
         return
@@ -726,7 +748,8 @@ def run_benchmark(chosen: List[str], names: List[str], args, output: Path) -> No
     seeds = args.seeds or REGIMES[args.regime].seeds
     todo = [(c, s) for s in seeds for c in to_train if (c, s) not in done]
     extra = [*(["--regime", args.regime] if args.regime != "shapes" else []),
-             *(["--diagnostics"] if args.diagnostics else [])]
+             *(["--diagnostics"] if args.diagnostics else []),
+             *(["--init-seed", str(args.init_seed)] if args.init_seed is not None else [])]
     _run_all(todo, args.jobs, output, args.opts, extra_args=extra)
     # every contender with runs in the file, also those of earlier invocations
     results = checked_results(output / "results.jsonl", args.regime)
