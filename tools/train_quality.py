@@ -148,6 +148,9 @@ RECIPE_VARIANTS: Dict[str, List[str]] = OrderedDict([
     ("clip-gradients", ["SOLVER.CLIP_GRADIENTS.ENABLED", "True",
                         "SOLVER.CLIP_GRADIENTS.CLIP_TYPE", "norm"]),
     ("warmup-200", ["SOLVER.WARMUP_ITERS", "200"]),
+    # twice as long (the config's own 1200 iterations, lr x0.1 at 1000): do the seeds'
+    # differences shrink as training gets further?
+    ("1200-iterations", ["SOLVER.MAX_ITER", "1200", "SOLVER.STEPS", "(1000,)"]),
 ])
 # A schedule candidate changes every contender's training, not fcos-d2's alone: the same
 # change on detectron2's FCOS, contender "detectron2+NAME", tells whether it is the
