@@ -161,6 +161,7 @@ RECIPE_VARIANTS: Dict[str, List[str]] = OrderedDict([
 DETECTRON2 = "detectron2"
 DETECTRON2_VARIANTS: Dict[str, List[str]] = OrderedDict([
     ("warmup-200", RECIPE_VARIANTS["warmup-200"]),
+    ("1200-iterations", RECIPE_VARIANTS["1200-iterations"]),
 ])
 # LabelEnc (fcos_d2/modeling/labelenc) on the recipe: step 1 with the distance-loss warm-up
 # added to REGIME (a third of it, as the official 30000 of 90000), then step 2 with REGIME
