@@ -236,11 +236,9 @@ def contender_overrides(name: str) -> List[str]:
         return contender_overrides(base) + overrides
     if name.startswith("fcos-d2 ") and name[len("fcos-d2 "):] in VARIANTS:
         return OFFICIAL + VARIANTS[name[len("fcos-d2 "):]]
-    if name.startswith(RECIPE + "+") and name[len(RECIPE) + 1:] in RECIPE_VARIANTS:
-        return list(RECIPE_VARIANTS[name[len(RECIPE) + 1:]])
-    if name.startswith(DETECTRON2 + "+") and name[len(DETECTRON2) + 1:] in DETECTRON2_VARIANTS:
-        return list(DETECTRON2_VARIANTS[name[len(DETECTRON2) + 1:]])
-    return []
+    base, _, variant = name.partition("+")  # "BASE+VARIANT": the variant's overrides alone
+    return list({RECIPE: RECIPE_VARIANTS, DETECTRON2: DETECTRON2_VARIANTS}.get(base, {})
+                .get(variant, []))
 
 
 def _setup_cfg(name: str, seed: int, output_dir: str, opts: List[str], labelenc_step: int = 0,
