@@ -142,6 +142,67 @@ def test_step1_lef_learns_from_the_head_losses_on_its_features():
     assert model.label_encoder.bottom_up.stem.weight.grad.abs().sum() > 0
 
 
+def lef_only_step1(*opts):
+    torch.manual_seed(0)
+    return build_labelenc_model(tiny_cfg("MODEL.LABELENC.STEP", 1, "MODEL.LABELENC.STEP1_DETECTOR",
+                                         False, "MODEL.LABELENC.DISTANCE_LOSS_WARMUP_ITERS", 0,
+                                         *opts))
+
+
+def test_lef_only_step1_trains_the_lef_and_head_and_never_runs_the_frozen_detector():
+    model = lef_only_step1()
+    calls = _runs(model.backbone, model.adapter)
+    with EventStorage(0):
+        losses = model(batch())
+    assert set(losses) == {"loss_labelenc_cls", "loss_labelenc_loc", "loss_labelenc_ctr"}
+    sum(losses.values()).backward()
+    assert calls == []
+    assert model.label_encoder.bottom_up.stem.weight.grad.abs().sum() > 0
+    assert model.head.cls_logits.weight.grad.abs().sum() > 0
+    frozen = [*model.backbone.parameters(), *model.adapter.parameters()]
+    assert all(not p.requires_grad and p.grad is None for p in frozen)
+
+
+def test_lef_only_step1_optimizer_holds_the_lef_and_head_alone():
+    cfg = tiny_cfg("MODEL.LABELENC.STEP", 1, "MODEL.LABELENC.STEP1_DETECTOR", False,
+                   "MODEL.LABELENC.DISTANCE_LOSS_WARMUP_ITERS", 0)
+    model = build_labelenc_model(cfg)
+    held = {id(p) for group in build_optimizer(cfg, model).param_groups for p in group["params"]}
+    expected = {id(p) for p in [*model.label_encoder.parameters(), *model.head.parameters()]}
+    assert held == expected
+
+
+def test_step2_starts_from_a_lef_only_step1_file(tmp_path):
+    path = tmp_path / "step1.pth"
+    step1 = lef_only_step1()
+    torch.save({"model": step1.state_dict()}, path)
+    torch.manual_seed(1)
+    step2 = build_labelenc_model(tiny_cfg("MODEL.LABELENC.STEP", 2))
+    init_step2_from_step1(step2, str(path))
+    head = step1.head.state_dict()
+    assert all(torch.equal(v, head[k]) for k, v in step2.head.state_dict().items())
+    lef = step1.label_encoder.state_dict()
+    fpn = {k: v for k, v in step2.backbone.state_dict().items() if not k.startswith("bottom_up.")}
+    assert fpn and all(torch.equal(v, lef[k]) for k, v in fpn.items())
+
+
+def test_detect_from_labels_runs_the_head_on_the_lef_alone_at_the_original_size():
+    model = lef_only_step1("MODEL.FCOS.INFERENCE_TH_TEST", 0.0)  # untrained: keep all
+    calls = _runs(model.backbone)
+    inputs = [{**x, "height": 128, "width": 128} for x in batch()]  # twice the input size
+    model.eval()
+    with torch.no_grad():
+        outputs = model.detect_from_labels(inputs)
+    assert calls == [] and len(outputs) == 2
+    for output in outputs:
+        instances = output["instances"]
+        assert instances.image_size == (128, 128) and len(instances) > 0
+        assert instances.pred_boxes.tensor.max() > 64  # scaled to the original size
+        assert set(instances.get_fields()) >= {"pred_boxes", "scores", "pred_classes"}
+    with pytest.raises(ValueError, match="'instances' in every input dict"):
+        model.detect_from_labels([{"image": x["image"]} for x in batch()])
+
+
 # ------------------------------------------------------------------ step 2
 
 @pytest.fixture
@@ -330,6 +391,8 @@ def test_official_conversion_errors_name_what_is_wrong(step2):
      "MODEL.LABELENC.STEP2_BACKBONE: unknown 'imagenet'"),
     ("MODEL.LABELENC.DISTANCE_LOSS_WEIGHT", -1.0, "MODEL.LABELENC.DISTANCE_LOSS_WEIGHT: must be"),
     ("MODEL.META_ARCHITECTURE", "GeneralizedRCNN", "MODEL.LABELENC.STEP 1 trains an FCOS"),
+    ("MODEL.LABELENC.STEP1_DETECTOR", False,
+     "MODEL.LABELENC.DISTANCE_LOSS_WARMUP_ITERS: must be 0 with STEP1_DETECTOR False"),
 ])
 def test_bad_labelenc_settings_are_refused_naming_the_key(key, value, message):
     opts = [key, value] if key.endswith("STEP") else ["MODEL.LABELENC.STEP", 1, key, value]

@@ -143,6 +143,47 @@ def test_labelenc_contenders_follow_the_official_proportions_of_the_regime():
     assert longer.SOLVER.MAX_ITER == 800 + 600 and longer.MODEL.LABELENC.STEP == 0
 
 
+def test_the_lef_only_contender_trains_no_detector_in_step1_for_the_regimes_length():
+    step1 = tq.step1_cfg(tq.LABELENC_LEF_ONLY, 0, "unused", [])
+    assert (step1.MODEL.LABELENC.STEP, step1.MODEL.LABELENC.STEP1_DETECTOR) == (1, False)
+    assert (step1.SOLVER.MAX_ITER, step1.SOLVER.STEPS) == (600, (500,))  # no warm-up added
+    official = tq.step1_cfg(tq.LABELENC, 0, "unused", [])
+    assert official.MODEL.LABELENC.STEP1_DETECTOR and official.SOLVER.MAX_ITER == 800
+    step2 = tq._setup_cfg(tq.LABELENC_LEF_ONLY, 0, "unused", [], labelenc_step=2)
+    assert step2 == tq._setup_cfg(tq.LABELENC, 0, "unused", [], labelenc_step=2)
+    assert tq.LABELENC_LEF_ONLY in tq.contender_names()
+
+
+def test_times_table_averages_the_step1_aps_runs_recorded():
+    runs = [{"contender": "le", "seed": s, "status": "ok", "train_seconds": 10.0 + s,
+             "train_seconds_step1": 4.0, "train_seconds_step2": 6.0 + s, **extra}
+            for s, extra in enumerate([{"step1_AP": None, "step1_lef_AP": 40.0},
+                                       {"step1_AP": None, "step1_lef_AP": 50.0}])]
+    runs.append({"contender": "old", "seed": 0, "status": "ok", "train_seconds": 9.0,
+                 "train_seconds_step1": 4.0, "train_seconds_step2": 5.0, "step1_AP": 6.0})
+    runs.append({**runs[-1], "seed": 1, "step1_AP": 8.0, "step1_lef_AP": 10.0})
+    rows = tq.summarise_times(runs, ["le", "old"]).splitlines()
+    assert rows[2] == "| le | 10 | 4 + 6 |  | 45.0 |"
+    assert rows[3] == "| old | 9 | 4 + 5 | 7.0 | 10.0 (1 of 2 runs) |"
+
+
+def test_a_lef_only_labelenc_run_reports_the_lef_ap_and_no_detector_ap(tmp_path):
+    name = _toy_coco_dataset(tmp_path, "train_quality_lef_only_toy")
+    opts = ["DATASETS.TRAIN", (name,), "DATASETS.TEST", (name,), "SOLVER.MAX_ITER", 2,
+            "SOLVER.STEPS", (), "SOLVER.IMS_PER_BATCH", 2, "INPUT.MIN_SIZE_TRAIN", (64,),
+            "INPUT.MAX_SIZE_TRAIN", 64, "INPUT.MIN_SIZE_TEST", 64, "INPUT.MAX_SIZE_TEST", 64,
+            "MODEL.RESNETS.DEPTH", 18, "MODEL.RESNETS.RES2_OUT_CHANNELS", 64,
+            "MODEL.FPN.OUT_CHANNELS", 64, "MODEL.FCOS.NUM_CONVS", 1, "MODEL.FCOS.NUM_CLASSES", 3,
+            "MODEL.LABELENC.AUXILIARY_LOSS_ITERS", 1, "MODEL.FCOS.INFERENCE_TH_TEST", 0.0]
+    record = tq.run_labelenc(tq.LABELENC_LEF_ONLY, 0, str(tmp_path / "run"), opts)
+    assert record["status"] == "ok" and record["contender"] == tq.LABELENC_LEF_ONLY
+    assert record["step1_AP"] is None and 0 <= record["step1_lef_AP"] <= 100
+    assert 0 <= record["AP"] <= 100
+    assert set(record["final_losses_step1"]) >= {"loss_labelenc_cls", "loss_labelenc_loc"}
+    assert not any(k.startswith("loss_fcos") for k in record["final_losses_step1"])
+    assert (tmp_path / "run" / "step2" / "model_final_fcos.pth").is_file()
+
+
 def test_a_step2_variant_waits_for_labelenc_of_its_seed():
     variant = next(iter(tq.STEP2_VARIANTS))
     todo = [(variant, 0), (tq.LABELENC, 0), (variant, 1)]
@@ -245,6 +286,32 @@ def test_a_detectron2_variant_is_detectron2s_fcos_with_exactly_its_schedule_chan
     from detectron2.modeling.meta_arch.fcos import FCOS
 
     assert isinstance(tq.build_contender(name, cfg), FCOS)
+
+
+def _toy_coco_dataset(folder: Path, name: str) -> str:
+    """Registers `name` from a COCO json: the images of ``_toy_dataset``, so that COCO's
+    evaluation can score on it; returns `name`."""
+    import json
+
+    from fcos_d2.data import register_coco_dataset
+
+    from detectron2.data import DatasetCatalog, MetadataCatalog
+
+    _toy_dataset(folder, name + "_records")
+    if name in DatasetCatalog.list():
+        DatasetCatalog.remove(name)
+        MetadataCatalog.remove(name)
+    records = DatasetCatalog.get(name + "_records")
+    coco = {"images": [{"id": r["image_id"], "file_name": Path(r["file_name"]).name,
+                        "height": r["height"], "width": r["width"]} for r in records],
+            "annotations": [{"id": r["image_id"] + 1, "image_id": r["image_id"], "iscrowd": 0,
+                             "bbox": r["annotations"][0]["bbox"], "area": 30 * 24,
+                             "category_id": r["annotations"][0]["category_id"] + 1}
+                            for r in records],
+            "categories": [{"id": i + 1, "name": c} for i, c in enumerate("abc")]}
+    (folder / "coco.json").write_text(json.dumps(coco))
+    register_coco_dataset(name, str(folder / "coco.json"), str(folder))
+    return name
 
 
 def _toy_dataset(folder: Path, name: str) -> None:

@@ -175,6 +175,17 @@ LABELENC_STEPS = {
     2: ["MODEL.LABELENC.STEP", 2, "MODEL.LABELENC.LEF_WIDTH", 16,
         "MODEL.LABELENC.AUXILIARY_LOSS_ITERS", LABELENC_AUXILIARY],
 }
+# Contenders that run both steps: name -> overrides of their step 1. The LEF-only step 1
+# (MODEL.LABELENC.STEP1_DETECTOR False): the LEF and the head learn alone for REGIME's
+# iterations, then the official step 2. Sharing its head with a detector from scratch,
+# the LEF of the official step 1 ends up detecting poorly from the labels themselves
+# (the records' "step1_lef_AP").
+LABELENC_LEF_ONLY = "fcos-d2 recipe+LabelEnc, LEF-only step 1"
+STEP1_VARIANTS: Dict[str, List] = OrderedDict([
+    (LABELENC, []),
+    (LABELENC_LEF_ONLY, ["MODEL.LABELENC.STEP1_DETECTOR", False,
+                         "MODEL.LABELENC.DISTANCE_LOSS_WARMUP_ITERS", 0]),
+])
 # Step-2 variants, from the step 1 of LABELENC's run with the same seed: name -> overrides.
 # Without the auxiliary loss, step 2 differs from the recipe only by its start (head and FPN
 # from step 1): how much of LabelEnc's gain is that start? From scratch, the official step 2
@@ -221,7 +232,7 @@ def contender_names() -> List[str]:
         + [f"{RECIPE}+{v}" for v in RECIPE_VARIANTS] \
         + [f"{DETECTRON2}+{v}" for v in DETECTRON2_VARIANTS]
     return ["fcos-d2 official", RECIPE, DETECTRON2, "torchvision", LABELENC,
-            SAME_ITERATIONS, *STEP2_VARIANTS] + variants
+            SAME_ITERATIONS, *STEP2_VARIANTS, LABELENC_LEF_ONLY] + variants
 
 
 # ---------------------------------------------------------------- one run (child process)
@@ -321,10 +332,10 @@ def _run_one(name: str, seed: int, output_dir: str, opts: List[str], regime: str
 
     torch.set_num_threads(1)
     _register_datasets(regime)
-    if init_seed is not None and (name == LABELENC or name in STEP2_VARIANTS):
+    if init_seed is not None and (name in STEP1_VARIANTS or name in STEP2_VARIANTS):
         raise ValueError(f"--init-seed is for one-step contenders; {name!r} trains in steps")
-    if name == LABELENC:
-        return [run_labelenc(seed, output_dir, opts, regime)]
+    if name in STEP1_VARIANTS:
+        return [run_labelenc(name, seed, output_dir, opts, regime)]
     if name in STEP2_VARIANTS:
         return [run_step2_variant(name, seed, output_dir, opts, regime)]
     cfg = _setup_cfg(name, seed, output_dir, opts, regime=regime)
@@ -390,24 +401,56 @@ def train(name: str, cfg, seed: int, init=None, diagnostics: bool = False,
     return model, record
 
 
-def run_labelenc(seed: int, output_dir: str, opts: List[str], regime: str = "shapes") -> dict:
-    """LabelEnc's step 1, then its step 2 from it; the AP is that of step 2's weights
-    loaded strictly into the plain recipe FCOS. Also reports step 1's detector AP and the
-    training seconds of each step."""
+def run_labelenc(name: str, seed: int, output_dir: str, opts: List[str],
+                 regime: str = "shapes") -> dict:
+    """LabelEnc's step 1 (with `name`'s ``STEP1_VARIANTS`` overrides), then its step 2
+    from it; the AP is that of step 2's weights loaded strictly into the plain recipe FCOS.
+    Also reports the AP of step 1's detector (None if it trains none), that of its LEF
+    (``evaluate_lef``) and the training seconds of each step."""
     import torch
 
     folder = os.path.join(output_dir, "step1")
-    cfg1 = _setup_cfg(LABELENC, seed, folder, opts, labelenc_step=1, regime=regime)
-    step1, common1 = train(LABELENC, cfg1, seed)
+    cfg1 = step1_cfg(name, seed, folder, opts, regime)
+    step1, common1 = train(name, cfg1, seed)
     if common1["status"] != "ok":
-        return {"contender": LABELENC, "AP": 0.0, "AP50": 0.0, **common1,
+        return {"contender": name, "AP": 0.0, "AP50": 0.0, **common1,
                 "train_seconds_step1": common1["train_seconds"]}
     os.makedirs(folder, exist_ok=True)
     weights = os.path.join(folder, "model_final.pth")
     torch.save({"model": step1.state_dict()}, weights)
-    step1_record = {"final_losses_step1": common1["final_losses"], "step1_AP":
-                    evaluate(step1, cfg1)["AP"], "train_seconds_step1": common1["train_seconds"]}
-    return run_labelenc_step2(LABELENC, seed, output_dir, opts, weights, step1_record, regime)
+    step1_record = {"final_losses_step1": common1["final_losses"],
+                    "step1_AP": (evaluate(step1, cfg1)["AP"]
+                                 if cfg1.MODEL.LABELENC.STEP1_DETECTOR else None),
+                    "step1_lef_AP": evaluate_lef(step1, cfg1)["AP"],
+                    "train_seconds_step1": common1["train_seconds"]}
+    return run_labelenc_step2(name, seed, output_dir, opts, weights, step1_record, regime)
+
+
+def step1_cfg(name: str, seed: int, output_dir: str, opts: List[str], regime: str = "shapes"):
+    """The step-1 config of two-step contender `name` (``STEP1_VARIANTS``)."""
+    return _setup_cfg(name, seed, output_dir, [*STEP1_VARIANTS[name], *opts], labelenc_step=1,
+                      regime=regime)
+
+
+def evaluate_lef(step1, cfg) -> Dict[str, float]:
+    """COCO box AP of step 1's head on its LEF's features of the validation images' ground
+    truth (``detect_from_labels``): how well the LEF encodes the labels."""
+    import torch
+    from detectron2.data import DatasetMapper, build_detection_test_loader
+    from detectron2.data import transforms as T
+
+    class FromLabels(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, batched_inputs):
+            return self.model.detect_from_labels(batched_inputs)
+
+    # the test resize, with the annotations kept (the training mapper, no flip)
+    mapper = DatasetMapper(cfg, is_train=True, augmentations=[
+        T.ResizeShortestEdge(cfg.INPUT.MIN_SIZE_TEST, cfg.INPUT.MAX_SIZE_TEST)])
+    return evaluate(FromLabels(step1), cfg, mapper=mapper)
 
 
 def run_labelenc_step2(name: str, seed: int, output_dir: str, opts: List[str], weights: str,
@@ -450,13 +493,14 @@ def run_step2_variant(name: str, seed: int, output_dir: str, opts: List[str],
                                 f"'{LABELENC}' with this seed (and --output) first")
     record = next(r for r in load_results(Path(output_dir).parents[1] / "results.jsonl")
                   if r["contender"] == LABELENC and r["seed"] == seed)
-    step1_record = {k: record[k] for k in ("final_losses_step1", "step1_AP",
-                                           "train_seconds_step1")}
+    step1_record = {k: record[k] for k in ("final_losses_step1", "step1_AP", "step1_lef_AP",
+                                           "train_seconds_step1") if k in record}
     return run_labelenc_step2(name, seed, output_dir, opts, weights, step1_record, regime)
 
 
-def evaluate(model, cfg) -> Dict[str, float]:
-    """COCO box AP, AP50 and APs of `model` on the validation images (``DATASETS.TEST``)."""
+def evaluate(model, cfg, mapper=None) -> Dict[str, float]:
+    """COCO box AP, AP50 and APs of `model` on the validation images (``DATASETS.TEST``),
+    read with `mapper` (None: detectron2's test mapper)."""
     import torch
     from detectron2.data import build_detection_test_loader
     from detectron2.evaluation import COCOEvaluator, inference_on_dataset
@@ -465,7 +509,8 @@ def evaluate(model, cfg) -> Dict[str, float]:
     val_name = cfg.DATASETS.TEST[0]
     evaluator = COCOEvaluator(val_name, tasks=("bbox",), use_fast_impl=False)
     with torch.no_grad():
-        metrics = inference_on_dataset(model, build_detection_test_loader(cfg, val_name),
+        metrics = inference_on_dataset(model, build_detection_test_loader(cfg, val_name,
+                                                                         mapper=mapper),
                                        evaluator)["bbox"]
     return {"AP": metrics["AP"], "AP50": metrics["AP50"], "APs": metrics.get("APs")}
 
@@ -529,9 +574,10 @@ def summarise(results: List[dict], names: List[str]) -> str:
 
 def summarise_times(results: List[dict], names: List[str]) -> str:
     """A markdown table: per contender, the mean training seconds of a run (LabelEnc: of
-    each step too), and for LabelEnc the mean AP of step 1's detector."""
-    rows = ["| contender | training s (mean) | per step | step-1 detector AP |",
-            "|---|---|---|---|"]
+    each step too), and for LabelEnc the mean AP of step 1's detector and of its LEF (over
+    the runs that recorded them)."""
+    rows = ["| contender | training s (mean) | per step | step-1 detector AP | step-1 LEF AP |",
+            "|---|---|---|---|---|"]
     for name in names:
         runs = [r for r in results if r["contender"] == name and r["status"] == "ok"]
         if not runs:
@@ -539,16 +585,27 @@ def summarise_times(results: List[dict], names: List[str]) -> str:
         mean = lambda key: statistics.mean(r[key] for r in runs)  # noqa: E731
         steps = (f"{mean('train_seconds_step1'):.0f} + {mean('train_seconds_step2'):.0f}"
                  if "train_seconds_step2" in runs[0] else "")
-        step1_ap = f"{mean('step1_AP'):.1f}" if "step1_AP" in runs[0] else ""
-        rows.append(f"| {name} | {mean('train_seconds'):.0f} | {steps} | {step1_ap} |")
+        rows.append(f"| {name} | {mean('train_seconds'):.0f} | {steps} | "
+                    f"{_mean_of_recorded(runs, 'step1_AP')} | "
+                    f"{_mean_of_recorded(runs, 'step1_lef_AP')} |")
     return "\n".join(rows)
+
+
+def _mean_of_recorded(runs: List[dict], key: str) -> str:
+    """The mean of `key` over the `runs` that hold a value for it, with their count if not
+    all do; blank if none does."""
+    values = [r[key] for r in runs if r.get(key) is not None]
+    if not values:
+        return ""
+    count = "" if len(values) == len(runs) else f" ({len(values)} of {len(runs)} runs)"
+    return f"{statistics.mean(values):.1f}{count}"
 
 
 def labelenc_iteration_cost(repeats: int) -> str:
     """A markdown table: the median seconds of one training iteration (forward, backward,
     SGD step; the first batch of the protocol's loader; one thread) of the recipe and of
-    LabelEnc's two steps with their extra losses on, timed in turn in one process so that
-    other load hits all three alike; and each as a multiple of the recipe's."""
+    LabelEnc's steps with their extra losses on (step 1 also LEF-only), timed in turn in one
+    process so that other load hits them alike; and each as a multiple of the recipe's."""
     import torch
     from detectron2.data import build_detection_train_loader
     from detectron2.solver import build_optimizer
@@ -558,6 +615,7 @@ def labelenc_iteration_cost(repeats: int) -> str:
     _register_datasets()
     configs = {RECIPE: _setup_cfg(RECIPE, 0, "unused", []),
                "LabelEnc step 1": _setup_cfg(LABELENC, 0, "unused", [], labelenc_step=1),
+               "LabelEnc step 1, LEF only": step1_cfg(LABELENC_LEF_ONLY, 0, "unused", []),
                "LabelEnc step 2": _setup_cfg(LABELENC, 0, "unused", [], labelenc_step=2)}
     models = {k: build_contender(RECIPE if k == RECIPE else LABELENC, cfg).train()
               for k, cfg in configs.items()}

@@ -41,6 +41,12 @@ def add_labelenc_config(cfg: CN) -> None:
     # (train_net.py, tools/train_quality.py) add them to SOLVER.MAX_ITER and SOLVER.STEPS,
     # as the official step 1 does. Official: 30000 (with the 90k COCO schedule).
     _C.DISTANCE_LOSS_WARMUP_ITERS = 30000
+    # Step 1: train the detector beside the LEF (official). False: step 1 trains the LEF
+    # and the head alone on label maps (no detector, no distance loss, so
+    # DISTANCE_LOSS_WARMUP_ITERS must be 0), an iteration costing a fraction of the
+    # detector's; step 2 is unchanged (from scratch, the LEF then detects far better: see
+    # the README's LabelEnc section).
+    _C.STEP1_DETECTOR = True
     # Step 2: weight of the auxiliary loss (same form as the distance loss).
     _C.AUXILIARY_LOSS_WEIGHT = 1.0
     # Step 2: the auxiliary loss applies during the first this many iterations, then the
@@ -70,6 +76,10 @@ def check_labelenc_config(cfg: CN) -> None:
     if len(node.LEF_DEPTH) != 4 or min(node.LEF_DEPTH) < 1:
         raise ValueError(f"MODEL.LABELENC.LEF_DEPTH: 4 block counts >= 1 (res2-res5) "
                          f"expected, got {list(node.LEF_DEPTH)}")
+    if node.STEP == 1 and not node.STEP1_DETECTOR and node.DISTANCE_LOSS_WARMUP_ITERS:
+        raise ValueError("MODEL.LABELENC.DISTANCE_LOSS_WARMUP_ITERS: must be 0 with "
+                         "STEP1_DETECTOR False (step 1 trains no detector, so no distance "
+                         f"loss waits), got {node.DISTANCE_LOSS_WARMUP_ITERS}")
     for key in ("LEF_LOSS_WEIGHT", "DISTANCE_LOSS_WEIGHT", "AUXILIARY_LOSS_WEIGHT",
                 "DISTANCE_LOSS_WARMUP_ITERS", "AUXILIARY_LOSS_ITERS"):
         if node[key] < 0:

@@ -10,15 +10,17 @@ detectron2's event storage (``storage.iter``, restored on resume).
 * ``LabelEncStep1``: the FCOS losses on the detector's features, the same head's FCOS losses
   on the LEF's features of the (randomly scaled) label map, and after
   ``distance_warmup_iters`` the distance loss between adapted detector features and the
-  detached LEF features.
+  detached LEF features. With ``train_detector`` False, the head's losses on the LEF's
+  features alone: the detector (backbone and adapter) is frozen and never runs.
 * ``LabelEncStep2``: the FCOS losses, and during the first ``auxiliary_iters`` the same
   distance to the frozen LEF's features of the unscaled label map.
 """
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import torch
 from detectron2.config import configurable
 from detectron2.modeling import build_model as d2_build_model
+from detectron2.modeling.postprocessing import detector_postprocess
 from detectron2.utils.events import get_event_storage
 from torch import Tensor, nn
 
@@ -57,12 +59,31 @@ class _LabelEncFCOS(FCOS):
         features = self.label_encoder(torch.stack(maps))  # (N, K, H, W) in
         return [features[f] for f in self.head_in_features]
 
+    def detect_from_labels(self, batched_inputs: List[Dict]) -> List[Dict]:
+        """The head's detections on the LEF's features of each input's ground truth (the
+        unscaled label map; "instances" at the input size), post-processed as FCOS's:
+        how well the LEF encodes the labels for the head. The detector does not run."""
+        images = self.preprocess_image(batched_inputs)
+        targets = self.encode_labels(self.training_instances(batched_inputs),
+                                     images.tensor.shape[-2:], scaled=False)
+        logits, regression, centerness = self.head(targets)
+        locations = compute_locations([x.shape[-2:] for x in logits], self.strides, self.device)
+        results = self.inference(locations, images.image_sizes, logits, regression, centerness)
+        return [{"instances": detector_postprocess(r, x.get("height", size[0]),
+                                                   x.get("width", size[1]))}
+                for r, x, size in zip(results, batched_inputs, images.image_sizes)]
+
+    def training_instances(self, batched_inputs: List[Dict]) -> List:
+        """The batch's ground-truth ``Instances`` on the device."""
+        if "instances" not in batched_inputs[0]:
+            raise ValueError("LabelEnc needs 'instances' in every input dict to train and to "
+                             "detect from labels")
+        return [x["instances"].to(self.device) for x in batched_inputs]
+
     def training_inputs(self, batched_inputs: List[Dict]):
         """(padded images, instances on the device, per-level detector features)."""
-        if "instances" not in batched_inputs[0]:
-            raise ValueError("LabelEnc in training mode needs 'instances' in every input dict")
+        instances = self.training_instances(batched_inputs)
         images = self.preprocess_image(batched_inputs)
-        instances = [x["instances"].to(self.device) for x in batched_inputs]
         features = self.backbone(images.tensor)
         return images, instances, [features[f] for f in self.head_in_features]
 
@@ -91,28 +112,43 @@ class LabelEncStep1(_LabelEncFCOS):
 
     @configurable
     def __init__(self, *, lef_loss_weight: float = 1.0, distance_loss_weight: float = 1.0,
-                 distance_warmup_iters: int = 0, **options):
+                 distance_warmup_iters: int = 0, train_detector: bool = True, **options):
         super().__init__(**options)
         self.lef_loss_weight = lef_loss_weight
         self.distance_loss_weight = distance_loss_weight
         self.distance_warmup_iters = distance_warmup_iters
+        self.train_detector = train_detector
+        if not train_detector:  # frozen: no optimizer state, nothing unused for DDP
+            self.backbone.requires_grad_(False)
+            self.adapter.requires_grad_(False)
 
     @classmethod
     def from_config(cls, cfg):
         node = cfg.MODEL.LABELENC
         return {**super().from_config(cfg), "lef_loss_weight": node.LEF_LOSS_WEIGHT,
                 "distance_loss_weight": node.DISTANCE_LOSS_WEIGHT,
-                "distance_warmup_iters": node.DISTANCE_LOSS_WARMUP_ITERS}
+                "distance_warmup_iters": node.DISTANCE_LOSS_WARMUP_ITERS,
+                "train_detector": node.STEP1_DETECTOR}
+
+    def lef_losses(self, instances, size) -> Tuple[List[Tensor], Dict[str, Tensor]]:
+        """The LEF's per-level features of the randomly scaled label maps at the padded
+        input ``size`` (H, W), and the weighted head losses on them (``loss_labelenc_*``)."""
+        targets = self.encode_labels(instances, size, scaled=True)
+        losses = self.detection_losses(instances, targets)
+        return targets, {k.replace("loss_fcos", "loss_labelenc"): v * self.lef_loss_weight
+                         for k, v in losses.items()}
 
     def forward(self, batched_inputs: List[Dict]):
         if not self.training:
             return super().forward(batched_inputs)
+        if not self.train_detector:
+            instances = self.training_instances(batched_inputs)
+            size = self.preprocess_image(batched_inputs).tensor.shape[-2:]  # padded (H, W)
+            return self.lef_losses(instances, size)[1]
         images, instances, features = self.training_inputs(batched_inputs)
         losses = self.detection_losses(instances, features)
-        targets = self.encode_labels(instances, images.tensor.shape[-2:], scaled=True)
-        lef_losses = self.detection_losses(instances, targets)
-        losses.update({k.replace("loss_fcos", "loss_labelenc"): v * self.lef_loss_weight
-                       for k, v in lef_losses.items()})
+        targets, lef_losses = self.lef_losses(instances, images.tensor.shape[-2:])
+        losses.update(lef_losses)
         if _iteration() < self.distance_warmup_iters:
             # no distance yet: the adapter gets no gradient but its weight decay (official:
             # none; ~3% over the COCO warm-up) and stays in the graph for DDP
