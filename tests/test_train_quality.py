@@ -184,6 +184,17 @@ def test_a_lef_only_labelenc_run_reports_the_lef_ap_and_no_detector_ap(tmp_path)
     assert (tmp_path / "run" / "step2" / "model_final_fcos.pth").is_file()
 
 
+@pytest.mark.parametrize("variant", list(tq.STEP2_VARIANTS))
+def test_each_step2_variant_changes_exactly_its_keys_of_labelencs_step2(variant):
+    official = tq._setup_cfg(tq.LABELENC, 0, "unused", [], labelenc_step=2)
+    cfg = tq._setup_cfg(variant, 0, "unused", tq.STEP2_VARIANTS[variant], labelenc_step=2)
+    keys = tq.STEP2_VARIANTS[variant][::2]
+    assert any(_get(cfg, k) != _get(official, k) for k in keys)
+    official.defrost()
+    official.merge_from_list(tq.STEP2_VARIANTS[variant])
+    assert official == cfg and variant in tq.contender_names()
+
+
 def test_a_step2_variant_waits_for_labelenc_of_its_seed():
     variant = next(iter(tq.STEP2_VARIANTS))
     todo = [(variant, 0), (tq.LABELENC, 0), (variant, 1)]

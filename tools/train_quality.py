@@ -198,6 +198,9 @@ STEP2_VARIANTS: Dict[str, List] = OrderedDict([
     ("fcos-d2 recipe+LabelEnc, step 2 from step 1's detector", STEP2_FROM_DETECTOR),
     ("fcos-d2 recipe+LabelEnc, step 2 from step 1's detector without auxiliary loss",
      [*STEP2_FROM_DETECTOR, "MODEL.LABELENC.AUXILIARY_LOSS_ITERS", 0]),
+    # the auxiliary loss is worth +0.7 at weight 1: does more of it help more?
+    ("fcos-d2 recipe+LabelEnc, step 2 with auxiliary loss weight 4",
+     ["MODEL.LABELENC.AUXILIARY_LOSS_WEIGHT", 4.0]),
 ])
 # The recipe trained as long as LabelEnc's two steps together (600 + 200 + 600), lr x0.1
 # at 5/6 of it as in REGIME: does LabelEnc beat training longer?
