@@ -45,7 +45,8 @@ from fcos_d2.engine.resumable_loader import build_resumable_train_loader
 from fcos_d2.engine.resume import ExactResume
 from fcos_d2.engine.optimizer import build_optimizer
 from fcos_d2.engine.slurm import apply_slurm_environment
-from fcos_d2.modeling.labelenc import (SaveFCOSWeights, build_labelenc_model,
+from fcos_d2.modeling.labelenc import (DetectFromLabels, SaveFCOSWeights, annotated_test_mapper,
+                                      build_labelenc_model, evaluates_lef,
                                       extend_step1_schedule, init_step2_from_step1)
 from fcos_d2.visualization import save_loader_predictions
 
@@ -127,19 +128,27 @@ class Trainer(DefaultTrainer):
 
     @classmethod
     def build_test_loader(cls, cfg, dataset_name):
-        return build_detection_test_loader(cfg, dataset_name,
-                                           mapper=FCOSDatasetMapper(cfg, is_train=False))
+        """FCOSDatasetMapper's test images; with the annotations too where a LEF-only
+        LabelEnc step 1 is scored by its LEF (fcos_d2.modeling.labelenc.evaluation)."""
+        mapper = (annotated_test_mapper(cfg, FCOSDatasetMapper) if evaluates_lef(cfg)
+                  else FCOSDatasetMapper(cfg, is_train=False))
+        return build_detection_test_loader(cfg, dataset_name, mapper=mapper)
 
     @classmethod
     def test(cls, cfg, model, evaluators=None, iterations=None):
         """DefaultTrainer.test, then a summary.txt block per dataset and the verdict on
-        TEST.EXPECTED_RESULTS. ``iterations``: of the weights; None: of the running training."""
+        TEST.EXPECTED_RESULTS. ``iterations``: of the weights; None: of the running training.
+        A LEF-only LabelEnc step 1 has no trained detector: its head's detections from the
+        LEF's features of the labels are scored instead, labelled "LEF from labels"."""
         model = inference_model(model, fast_inference_enabled(cfg))  # folded copy; see there
+        label = ""
+        if evaluates_lef(cfg):
+            model, label = DetectFromLabels(unwrap_ddp(model)), "LEF from labels"
         results = super().test(cfg, model, evaluators)
         if comm.is_main_process():
             if iterations is None:
                 iterations = iterations_trained(cfg.SOLVER.MAX_ITER)
-            append_summaries(cfg.OUTPUT_DIR, cfg.DATASETS.TEST, results, iterations)
+            append_summaries(cfg.OUTPUT_DIR, cfg.DATASETS.TEST, results, iterations, label)
             if cfg.TEST.EXPECTED_RESULTS:
                 logger.info(expected_results_verdict(cfg.TEST.EXPECTED_RESULTS, results))
         return results

@@ -1,5 +1,6 @@
 """LabelEnc through train_net.py: both steps resume exactly from the middle, step 1 trains
-with two CPU workers, and step 2 leaves a plain FCOS.
+with two CPU workers, a LEF-only step 1 is scored by its LEF, and step 2 leaves a plain
+FCOS.
 
 Trainings are forks of one server process (tests/training_processes.py), on the quickstart
 config made tiny (ResNet-18, FPN width 64 on P3-P4, one tower conv, LEF width 16 so that
@@ -27,6 +28,11 @@ TINY = ["MODEL.DEVICE", "cpu", "MODEL.FPN.OUT_CHANNELS", "64", "MODEL.FCOS.NUM_C
         "DATALOADER.NUM_WORKERS", "0"]
 STEP1 = ["MODEL.LABELENC.STEP", "1", "SOLVER.MAX_ITER", "4",
          "MODEL.LABELENC.DISTANCE_LOSS_WARMUP_ITERS", "2"]
+
+# the LEF and head alone; every detection kept, so that the untrained LEF is scored
+STEP1_LEF_ONLY = [*STEP1, "MODEL.LABELENC.STEP1_DETECTOR", "False",
+                  "MODEL.LABELENC.DISTANCE_LOSS_WARMUP_ITERS", "0",
+                  "MODEL.FCOS.INFERENCE_TH_TEST", "0.0"]
 
 
 def step2(step1_output: Path):
@@ -58,7 +64,8 @@ def runs(dataset, tmp_path_factory):
     (from the uninterrupted step 1) uninterrupted, and killed and resumed."""
     server = TrainingProcesses()
     root = tmp_path_factory.mktemp("labelenc")
-    out = {name: root / name for name in ("s1", "s1_killed", "s1_two", "s2", "s2_killed")}
+    out = {name: root / name for name in ("s1", "s1_killed", "s1_two", "s1_lef", "s2",
+                                          "s2_killed")}
     try:
         def start(name, opts, flags=("--skip-test",), **faults):
             return server.start(argv(dataset, out[name], *opts, flags=flags),
@@ -71,8 +78,9 @@ def runs(dataset, tmp_path_factory):
 
         first = {"s1": start("s1", STEP1), "s1_killed": start("s1_killed", STEP1, kill_at=3),
                  "s1_two": start("s1_two", [*STEP1, "SOLVER.MAX_ITER", "1"], flags=[
-                     "--skip-test", "--num-gpus", "2", "--dist-url", "auto"])}
-        finish(("s1", first["s1"]), ("s1_two", first["s1_two"]))
+                     "--skip-test", "--num-gpus", "2", "--dist-url", "auto"]),
+                 "s1_lef": start("s1_lef", STEP1_LEF_ONLY, flags=())}  # evaluated at the end
+        finish(("s1", first["s1"]), ("s1_two", first["s1_two"]), ("s1_lef", first["s1_lef"]))
         assert server.wait(first["s1_killed"])[0] < 0
         second = [("s1_killed", start("s1_killed", STEP1, flags=["--skip-test", "--resume"])),
                   ("s2", start("s2", step2(out["s1"]), flags=())),  # with the final evaluation
@@ -100,6 +108,16 @@ def test_a_step_killed_in_the_middle_and_resumed_ends_as_an_uninterrupted_run(ru
     difference = max_weight_difference(runs[step] / "model_final.pth",
                                        runs[f"{step}_killed"] / "model_final.pth")
     assert difference <= 1e-6, difference
+
+
+def test_a_lef_only_step1_trains_no_detector_and_is_scored_by_its_lef(runs):
+    log = log_of(runs["s1_lef"])
+    assert "loss_labelenc_cls" in log and "loss_fcos_cls" not in log
+    assert "loss_labelenc_distance" not in log
+    checkpoint = torch.load(runs["s1_lef"] / "model_final.pth", weights_only=True)
+    assert checkpoint["iteration"] == 3  # 4 iterations, no warm-up added
+    summary = (runs["s1_lef"] / "inference" / "tiny" / "summary.txt").read_text()
+    assert summary.count("== tiny [LEF from labels] |") == 1
 
 
 def test_step2_is_evaluated_as_the_detector_it_trains(runs):

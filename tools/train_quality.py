@@ -438,22 +438,9 @@ def step1_cfg(name: str, seed: int, output_dir: str, opts: List[str], regime: st
 def evaluate_lef(step1, cfg) -> Dict[str, float]:
     """COCO box AP of step 1's head on its LEF's features of the validation images' ground
     truth (``detect_from_labels``): how well the LEF encodes the labels."""
-    import torch
-    from detectron2.data import DatasetMapper, build_detection_test_loader
-    from detectron2.data import transforms as T
+    from fcos_d2.modeling.labelenc import DetectFromLabels, annotated_test_mapper
 
-    class FromLabels(torch.nn.Module):
-        def __init__(self, model):
-            super().__init__()
-            self.model = model
-
-        def forward(self, batched_inputs):
-            return self.model.detect_from_labels(batched_inputs)
-
-    # the test resize, with the annotations kept (the training mapper, no flip)
-    mapper = DatasetMapper(cfg, is_train=True, augmentations=[
-        T.ResizeShortestEdge(cfg.INPUT.MIN_SIZE_TEST, cfg.INPUT.MAX_SIZE_TEST)])
-    return evaluate(FromLabels(step1), cfg, mapper=mapper)
+    return evaluate(DetectFromLabels(step1), cfg, mapper=annotated_test_mapper(cfg))
 
 
 def run_labelenc_step2(name: str, seed: int, output_dir: str, opts: List[str], weights: str,

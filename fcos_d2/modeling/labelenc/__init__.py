@@ -8,13 +8,16 @@ is a plain FCOS.
 * ``meta_arch``: the step-1 and step-2 models, chosen by ``MODEL.LABELENC.STEP``;
 * ``weights``: step 1 -> step 2, the official step-1 file, the plain FCOS weights;
 * ``hooks``: the trainer hook that saves step 2's plain FCOS weights;
+* ``evaluation``: scoring a LEF-only step 1 by its LEF;
 * ``config``: the ``MODEL.LABELENC`` node.
 """
 from .config import add_labelenc_config, check_labelenc_config, extend_step1_schedule
+from .evaluation import DetectFromLabels, annotated_test_mapper, evaluates_lef
 from .hooks import SaveFCOSWeights
 from .meta_arch import LabelEncStep1, LabelEncStep2, build_labelenc_model
 from .weights import convert_official_labelenc, fcos_state_dict, init_step2_from_step1
 
 __all__ = ["add_labelenc_config", "check_labelenc_config", "extend_step1_schedule",
+           "DetectFromLabels", "annotated_test_mapper", "evaluates_lef",
            "SaveFCOSWeights", "LabelEncStep1", "LabelEncStep2", "build_labelenc_model",
            "convert_official_labelenc", "fcos_state_dict", "init_step2_from_step1"]
