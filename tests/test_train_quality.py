@@ -167,13 +167,19 @@ def test_times_table_averages_the_step1_aps_runs_recorded():
     assert rows[3] == "| old | 9 | 4 + 5 | 7.0 | 10.0 (1 of 2 runs) |"
 
 
-def test_a_lef_only_labelenc_run_reports_the_lef_ap_and_no_detector_ap(tmp_path):
-    name = _toy_coco_dataset(tmp_path, "train_quality_lef_only_toy")
+def test_a_lef_only_labelenc_run_reports_the_lef_ap_and_no_detector_ap(tmp_path, dataset):
+    from detectron2.data import DatasetCatalog
+
+    from fcos_d2.data import register_coco_dataset
+
+    name = "train_quality_lef_only_toy"  # conftest's 4 synthetic-shapes images, 6 classes
+    if name not in DatasetCatalog.list():
+        register_coco_dataset(name, str(dataset / "annotations.json"), str(dataset / "images"))
     opts = ["DATASETS.TRAIN", (name,), "DATASETS.TEST", (name,), "SOLVER.MAX_ITER", 2,
             "SOLVER.STEPS", (), "SOLVER.IMS_PER_BATCH", 2, "INPUT.MIN_SIZE_TRAIN", (64,),
             "INPUT.MAX_SIZE_TRAIN", 64, "INPUT.MIN_SIZE_TEST", 64, "INPUT.MAX_SIZE_TEST", 64,
             "MODEL.RESNETS.DEPTH", 18, "MODEL.RESNETS.RES2_OUT_CHANNELS", 64,
-            "MODEL.FPN.OUT_CHANNELS", 64, "MODEL.FCOS.NUM_CONVS", 1, "MODEL.FCOS.NUM_CLASSES", 3,
+            "MODEL.FPN.OUT_CHANNELS", 64, "MODEL.FCOS.NUM_CONVS", 1,
             "MODEL.LABELENC.AUXILIARY_LOSS_ITERS", 1, "MODEL.FCOS.INFERENCE_TH_TEST", 0.0]
     record = tq.run_labelenc(tq.LABELENC_LEF_ONLY, 0, str(tmp_path / "run"), opts)
     assert record["status"] == "ok" and record["contender"] == tq.LABELENC_LEF_ONLY
@@ -297,32 +303,6 @@ def test_a_detectron2_variant_is_detectron2s_fcos_with_exactly_its_schedule_chan
     from detectron2.modeling.meta_arch.fcos import FCOS
 
     assert isinstance(tq.build_contender(name, cfg), FCOS)
-
-
-def _toy_coco_dataset(folder: Path, name: str) -> str:
-    """Registers `name` from a COCO json: the images of ``_toy_dataset``, so that COCO's
-    evaluation can score on it; returns `name`."""
-    import json
-
-    from fcos_d2.data import register_coco_dataset
-
-    from detectron2.data import DatasetCatalog, MetadataCatalog
-
-    _toy_dataset(folder, name + "_records")
-    if name in DatasetCatalog.list():
-        DatasetCatalog.remove(name)
-        MetadataCatalog.remove(name)
-    records = DatasetCatalog.get(name + "_records")
-    coco = {"images": [{"id": r["image_id"], "file_name": Path(r["file_name"]).name,
-                        "height": r["height"], "width": r["width"]} for r in records],
-            "annotations": [{"id": r["image_id"] + 1, "image_id": r["image_id"], "iscrowd": 0,
-                             "bbox": r["annotations"][0]["bbox"], "area": 30 * 24,
-                             "category_id": r["annotations"][0]["category_id"] + 1}
-                            for r in records],
-            "categories": [{"id": i + 1, "name": c} for i, c in enumerate("abc")]}
-    (folder / "coco.json").write_text(json.dumps(coco))
-    register_coco_dataset(name, str(folder / "coco.json"), str(folder))
-    return name
 
 
 def _toy_dataset(folder: Path, name: str) -> None:
