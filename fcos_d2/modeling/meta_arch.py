@@ -319,12 +319,21 @@ class FCOS(FCOSBase):
         images = self.preprocess_image(batched_inputs)
         with self._inference_autocast():
             logits, regression, centerness = self.forward_head(images)
-        locations = compute_locations([x.shape[-2:] for x in logits], self.strides, self.device)
         if self.training:
             if "instances" not in batched_inputs[0]:
                 raise ValueError("FCOS in training mode needs 'instances' in every input dict")
+            locations = compute_locations([x.shape[-2:] for x in logits], self.strides,
+                                          self.device)
             instances = [x["instances"].to(self.device) for x in batched_inputs]
             return self.losses(locations, instances, logits, regression, centerness)
+        return self.detections(batched_inputs, images, logits, regression, centerness)
+
+    def detections(self, batched_inputs: List[Dict], images: ImageList, logits: List[Tensor],
+                   regression: List[Tensor], centerness: List[Tensor]) -> List[Dict]:
+        """The head's per-level outputs on the padded ``images`` decoded, selected and
+        resized to each input's "height" x "width" (detectron2's ``detector_postprocess``):
+        one {"instances": Instances} per input."""
+        locations = compute_locations([x.shape[-2:] for x in logits], self.strides, self.device)
         results = self.inference(locations, images.image_sizes, logits, regression, centerness)
         return [
             {"instances": detector_postprocess(r, x.get("height", size[0]), x.get("width", size[1]))}

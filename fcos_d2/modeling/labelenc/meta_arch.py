@@ -20,7 +20,6 @@ from typing import Dict, List, Tuple
 import torch
 from detectron2.config import configurable
 from detectron2.modeling import build_model as d2_build_model
-from detectron2.modeling.postprocessing import detector_postprocess
 from detectron2.utils.events import get_event_storage
 from torch import Tensor, nn
 
@@ -66,12 +65,7 @@ class _LabelEncFCOS(FCOS):
         images = self.preprocess_image(batched_inputs)
         targets = self.encode_labels(self.training_instances(batched_inputs),
                                      images.tensor.shape[-2:], scaled=False)
-        logits, regression, centerness = self.head(targets)
-        locations = compute_locations([x.shape[-2:] for x in logits], self.strides, self.device)
-        results = self.inference(locations, images.image_sizes, logits, regression, centerness)
-        return [{"instances": detector_postprocess(r, x.get("height", size[0]),
-                                                   x.get("width", size[1]))}
-                for r, x, size in zip(results, batched_inputs, images.image_sizes)]
+        return self.detections(batched_inputs, images, *self.head(targets))
 
     def training_instances(self, batched_inputs: List[Dict]) -> List:
         """The batch's ground-truth ``Instances`` on the device."""
