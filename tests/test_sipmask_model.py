@@ -65,6 +65,48 @@ def test_head_has_sipmasks_layout_and_output_shapes():
     assert head.sip_mask_lat0.in_channels == 2 * 32  # P3 and P4 box towers
 
 
+P2_BASIS = ("MODEL.SIPMASK.BASIS_IN_FEATURE", "p2", "MODEL.FPN.IN_FEATURES",
+            "['res2', 'res3', 'res4']", "MODEL.RESNETS.OUT_FEATURES", "['res2', 'res3', 'res4']")
+
+
+def test_a_finer_basis_feature_joins_the_basis_input_and_sets_their_stride():
+    head = tiny_model(*P2_BASIS).head
+    assert head.sip_mask_lat0.in_channels == 32 + 2 * 32  # P2, then the P3 and P4 box towers
+    features = [torch.randn(2, 32, 8, 8), torch.randn(2, 32, 4, 4)]  # P3, P4 of 64 px
+    basis = head(features, torch.randn(2, 32, 16, 16))[-1]  # P2 at stride 4
+    assert basis.shape == (2, 8, 32, 32)  # stride 2, from P2's 16 x 16 upsampled x2
+    with pytest.raises(ValueError, match="built with a basis feature .* called without"):
+        head(features)
+    with pytest.raises(ValueError, match="built without a basis feature .* called with"):
+        tiny_model().head(features, torch.randn(2, 32, 16, 16))
+
+
+def test_the_finer_basis_feature_learns_from_the_mask_loss():
+    model = tiny_model(*P2_BASIS)
+    # Boxes of e^2 strides: at initialisation they are under a basis pixel, and positives
+    # without a box area give no mask loss.
+    torch.nn.init.constant_(model.head.bbox_pred.bias, 2.0)
+    model.train()
+    with EventStorage():
+        losses = model([sample("bitmask"), sample("polygon")])
+    assert all(torch.isfinite(v) for v in losses.values()) and losses["loss_sipmask_mask"] > 0
+    losses["loss_sipmask_mask"].backward()
+    p2_output = model.backbone.fpn_output2.weight.grad  # only the basis masks read P2
+    assert p2_output is not None and p2_output.abs().sum() > 0
+    model.eval()
+    with torch.no_grad():
+        (output,) = model([dict(sample(), height=96, width=128)])
+    assert output["instances"].pred_masks.shape[1:] == (96, 128)
+
+
+def test_basis_masks_come_at_stride_2_whatever_the_first_levels_stride():
+    # The head on P2-P3 (strides 4, 8): basis masks from P2 upsampled x2, not x4.
+    model = tiny_model("MODEL.FCOS.IN_FEATURES", "['p2', 'p3']", "MODEL.FPN.IN_FEATURES",
+                       "['res2', 'res3']", "MODEL.RESNETS.OUT_FEATURES", "['res2', 'res3']")
+    basis = model.head([torch.randn(1, 32, 16, 16), torch.randn(1, 32, 8, 8)])[-1]
+    assert basis.shape == (1, 8, 32, 32)
+
+
 def test_feature_alignment_starts_as_a_plain_conv_and_moves_with_the_box_distances():
     torch.manual_seed(0)
     align = FeatureAlign(32)
@@ -136,6 +178,11 @@ def test_masks_are_pasted_at_input_resolution_then_resized_to_the_original():
     (["MODEL.SIPMASK.BASIS_LEVELS", "3"], r"MODEL.SIPMASK.BASIS_LEVELS: 3 must lie in \[1, 2\]"),
     (["MODEL.SIPMASK.FEATURE_ALIGN_GROUPS", "5"], "MODEL.SIPMASK.FEATURE_ALIGN_GROUPS: 5"),
     (["MODEL.SIPMASK.NUM_BASIS", "0"], "MODEL.SIPMASK.NUM_BASIS: must be >= 1"),
+    (["MODEL.SIPMASK.BASIS_IN_FEATURE", "p2"],
+     r"MODEL.SIPMASK.BASIS_IN_FEATURE: the backbone gives no 'p2' \(it gives \['p3', 'p4'\]"),
+    (["MODEL.SIPMASK.BASIS_IN_FEATURE", "p3"],
+     "MODEL.SIPMASK.BASIS_IN_FEATURE: its stride 8 must be a multiple of 2 below the head's "
+     r"first level's \(8\)"),
 ])
 def test_bad_sipmask_settings_are_refused_naming_the_key(opts, message):
     with pytest.raises(ValueError, match=message):

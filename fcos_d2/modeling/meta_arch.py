@@ -10,7 +10,7 @@ proposals for two-stage models. Both share every option of ``MODEL.FCOS``.
 Symbols: N images, L levels, Hi x Wi level sizes, R = sum(Hi * Wi), K classes.
 """
 import contextlib
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 from detectron2.config import configurable
@@ -133,7 +133,7 @@ class FCOSBase(nn.Module):
         return {
             "input_shape": input_shape,
             "head": cls.build_head(cfg, [input_shape[f] for f in fcos.IN_FEATURES
-                                         if f in input_shape]),
+                                         if f in input_shape], input_shape),
             "head_in_features": fcos.IN_FEATURES,
             "num_classes": fcos.NUM_CLASSES,
             "sizes_of_interest": fcos.SIZES_OF_INTEREST,
@@ -162,8 +162,10 @@ class FCOSBase(nn.Module):
         }
 
     @classmethod
-    def build_head(cls, cfg, input_shape: List[ShapeSpec]) -> nn.Module:
-        """The head on the features ``input_shape`` (models built on FCOS return theirs)."""
+    def build_head(cls, cfg, input_shape: List[ShapeSpec],
+                   features: Optional[Dict[str, ShapeSpec]] = None) -> nn.Module:
+        """The head on the features ``input_shape`` (models built on FCOS return theirs);
+        ``features``: all the backbone gives, for heads that read more than their levels."""
         return FCOSHead(cfg, input_shape)
 
     def regression_in_pixels(self, regression: List[Tensor]) -> List[Tensor]:

@@ -20,6 +20,11 @@ def add_sipmask_config(cfg: CN) -> None:
     _C.BASIS_LEVELS = 3
     # Channels of the 1x1 conv that fuses them (SipMask: 512 for a 256-channel head).
     _C.BASIS_HIDDEN_CHANNELS = 512
+    # fcos-d2's option, not SipMask's: a backbone feature finer than the head's first level
+    # (e.g. "p2", FPN's stride-4 output when MODEL.FPN.IN_FEATURES has res2) that joins the
+    # basis masks' input, the box-tower outputs upsampled to its size; the basis masks then
+    # come from its stride instead of stride 8. "": the box towers alone (SipMask).
+    _C.BASIS_IN_FEATURE = ""
     # Deformable groups of the feature-alignment conv (offsets from the box distances).
     _C.FEATURE_ALIGN_GROUPS = 4
     # Sampling of the mask loss: NMS at this IoU over the positives' predicted boxes, so

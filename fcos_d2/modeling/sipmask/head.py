@@ -15,9 +15,15 @@ Per level, as in SipMask-benchmark:
   box, in the order of ``crop_split.QUADRANTS``.
 Once per image: the box-tower outputs of the BASIS_LEVELS finest levels, upsampled to the
 finest level's size and concatenated -> ``sip_mask_lat0`` (1x1, hidden channels) -> ReLU
--> ``sip_mask_lat`` (3x3, B) -> ReLU -> bilinear x4: the B basis masks.
+-> ``sip_mask_lat`` (3x3, B) -> ReLU -> bilinear to stride ``MASK_STRIDE`` (x4 from
+stride 8): the B basis masks.
+
+An option of fcos-d2, not SipMask's (``MODEL.SIPMASK.BASIS_IN_FEATURE``): a finer backbone
+feature (e.g. FPN's P2 at stride 4) joins the concatenation, the box-tower outputs
+upsampled to its size, so that the basis masks come from its stride. At stride 8 a mask's
+edge can only bend every 8 pixels, which small objects need far finer.
 """
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 from detectron2.config import configurable
@@ -27,6 +33,7 @@ from torch.nn import functional as F
 from torchvision.ops import deform_conv2d
 
 from ..head import _ACTIVATIONS, FCOSHead, _tower
+from .masks import MASK_STRIDE
 
 
 class FeatureAlign(nn.Module):
@@ -70,12 +77,16 @@ class SipMaskHead(FCOSHead):
     @configurable
     def __init__(self, *, input_shape: List[ShapeSpec], num_basis: int = 32,
                  basis_levels: int = 3, basis_hidden_channels: int = 512,
-                 feature_align_groups: int = 4, **fcos_options):
-        """``fcos_options``: FCOSHead's keyword arguments."""
+                 feature_align_groups: int = 4,
+                 basis_feature_shape: Optional[ShapeSpec] = None, **fcos_options):
+        """``basis_feature_shape``: the finer feature that joins the basis masks' input
+        (``MODEL.SIPMASK.BASIS_IN_FEATURE``), None for SipMask's box towers alone;
+        ``fcos_options``: FCOSHead's keyword arguments."""
         super().__init__(input_shape=input_shape, **fcos_options)
         if not 1 <= basis_levels <= len(input_shape):
             raise ValueError(f"MODEL.SIPMASK.BASIS_LEVELS: {basis_levels} must lie in "
                              f"[1, {len(input_shape)}] (the head's levels)")
+        self.basis_upsample = _basis_upsample(input_shape[0].stride, basis_feature_shape)
         for key, value in (("NUM_BASIS", num_basis),
                            ("BASIS_HIDDEN_CHANNELS", basis_hidden_channels)):
             if value < 1:
@@ -93,24 +104,32 @@ class SipMaskHead(FCOSHead):
         self.feat_align = FeatureAlign(channels, deform_groups=feature_align_groups)
         # PyTorch's default init for these three, as SipMask-benchmark.
         self.sip_cof = nn.Conv2d(channels, 4 * num_basis, 3, padding=1)
-        self.sip_mask_lat0 = nn.Conv2d(channels * basis_levels, basis_hidden_channels, 1)
+        extra = basis_feature_shape.channels if basis_feature_shape is not None else 0
+        self.sip_mask_lat0 = nn.Conv2d(channels * basis_levels + extra, basis_hidden_channels, 1)
         self.sip_mask_lat = nn.Conv2d(basis_hidden_channels, num_basis, 3, padding=1)
 
     @classmethod
-    def from_config(cls, cfg, input_shape: List[ShapeSpec]):
+    def from_config(cls, cfg, input_shape: List[ShapeSpec],
+                    basis_feature_shape: Optional[ShapeSpec] = None):
         sipmask = cfg.MODEL.SIPMASK
         return {
             **super().from_config(cfg, input_shape),
+            "basis_feature_shape": basis_feature_shape,
             "num_basis": sipmask.NUM_BASIS,
             "basis_levels": sipmask.BASIS_LEVELS,
             "basis_hidden_channels": sipmask.BASIS_HIDDEN_CHANNELS,
             "feature_align_groups": sipmask.FEATURE_ALIGN_GROUPS,
         }
 
-    def forward(self, features: List[Tensor]) -> Tuple[List[Tensor], List[Tensor], List[Tensor],
-                                                       List[Tensor], Tensor]:
-        """features: per level (N, C, Hi, Wi) -> (logits, regression, centerness,
-        coefficients, basis masks)."""
+    def forward(self, features: List[Tensor], basis_feature: Optional[Tensor] = None
+                ) -> Tuple[List[Tensor], List[Tensor], List[Tensor], List[Tensor], Tensor]:
+        """features: per level (N, C, Hi, Wi); basis_feature: (N, Cf, Hf, Wf), the finer
+        feature the head was built for (None without one) -> (logits, regression,
+        centerness, coefficients, basis masks)."""
+        if (basis_feature is None) != (self.basis_upsample[1] is None):
+            raise ValueError("SipMaskHead: built " + ("without" if basis_feature is not None
+                             else "with") + " a basis feature (MODEL.SIPMASK.BASIS_IN_FEATURE)"
+                             ", called " + ("with" if basis_feature is not None else "without"))
         logits, regression, centerness, coefficients, basis_inputs = [], [], [], [], []
         for level, (feature, scale) in enumerate(zip(features, self.scales)):
             feature = self.share_tower(feature)
@@ -125,14 +144,40 @@ class SipMaskHead(FCOSHead):
             coefficients.append(self.sip_cof(aligned))
             if level < self.basis_levels:
                 basis_inputs.append(box_feature)
-        return logits, regression, centerness, coefficients, self.basis_masks(basis_inputs)
+        return (logits, regression, centerness, coefficients,
+                self.basis_masks(basis_inputs, basis_feature))
 
-    def basis_masks(self, box_features: List[Tensor]) -> Tensor:
-        """Box-tower outputs of the finest levels (N, C, Hi, Wi) -> (N, B, 4 H0, 4 W0)."""
-        size = box_features[0].shape[-2:]
-        upsampled = [box_features[0]] + [
-            F.interpolate(x, size=size, mode="bilinear", align_corners=False)
-            for x in box_features[1:]]
-        x = torch.cat(upsampled, dim=1)  # (N, C * BASIS_LEVELS, H0, W0)
-        x = F.relu(self.sip_mask_lat(F.relu(self.sip_mask_lat0(x))))  # (N, B, H0, W0)
-        return F.interpolate(x, scale_factor=4, mode="bilinear", align_corners=False)
+    def basis_masks(self, box_features: List[Tensor], basis_feature: Optional[Tensor] = None
+                    ) -> Tensor:
+        """Box-tower outputs of the finest levels (N, C, Hi, Wi), and the finer feature
+        (N, Cf, Hf, Wf) or None -> (N, B, Hm, Wm) at stride ``MASK_STRIDE``: from level 0's
+        size (H0 x W0) x its stride / 2 without the finer feature, from Hf x Wf x its
+        stride / 2 with it."""
+        first = [] if basis_feature is None else [basis_feature]
+        size = (first or box_features)[0].shape[-2:]
+        upsampled = first + [x if x.shape[-2:] == size else
+                             F.interpolate(x, size=size, mode="bilinear", align_corners=False)
+                             for x in box_features]
+        x = torch.cat(upsampled, dim=1)  # (N, Cf + C * BASIS_LEVELS, H, W)
+        x = F.relu(self.sip_mask_lat(F.relu(self.sip_mask_lat0(x))))  # (N, B, H, W)
+        factor = self.basis_upsample[0]
+        if factor == 1:
+            return x
+        return F.interpolate(x, scale_factor=factor, mode="bilinear", align_corners=False)
+
+
+def _basis_upsample(level0_stride: int, basis_feature_shape: Optional[ShapeSpec]
+                    ) -> Tuple[int, Optional[int]]:
+    """(the factor from the basis masks' source stride to ``MASK_STRIDE``, the finer
+    feature's stride or None); refuses strides that do not fit."""
+    if basis_feature_shape is None:
+        if level0_stride % MASK_STRIDE:
+            raise ValueError(f"SipMask: the head's first level has stride {level0_stride}; "
+                             f"the basis masks need a multiple of {MASK_STRIDE}")
+        return level0_stride // MASK_STRIDE, None
+    stride = basis_feature_shape.stride
+    if stride is None or stride % MASK_STRIDE or stride >= level0_stride:
+        raise ValueError(f"MODEL.SIPMASK.BASIS_IN_FEATURE: its stride {stride} must be a "
+                         f"multiple of {MASK_STRIDE} below the head's first level's "
+                         f"({level0_stride})")
+    return stride // MASK_STRIDE, stride

@@ -4,7 +4,7 @@ all shared with ``FCOS``) with SipMask's head and masks.
 Symbols: N images, L levels, R locations of all levels, K classes, B basis masks,
 D detections of one image, H x W its input size, H0 x W0 its original size.
 """
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 from detectron2.config import configurable
@@ -41,9 +41,12 @@ class SipMask(FCOS):
 
     @configurable
     def __init__(self, *, mask_loss_weight: float = 1.0, mask_sample_nms_thresh: float = 0.9,
-                 mask_threshold: float = 0.5, **fcos_options):
-        """``fcos_options``: the keyword arguments of ``FCOS``; ``head`` a SipMaskHead."""
+                 mask_threshold: float = 0.5, basis_in_feature: str = "", **fcos_options):
+        """``basis_in_feature``: the backbone feature that joins the basis masks' input
+        ("" none, SipMask's); the head must have been built for it. ``fcos_options``: the
+        keyword arguments of ``FCOS``; ``head`` a SipMaskHead."""
         super().__init__(**fcos_options)
+        self.basis_in_feature = basis_in_feature
         if not isinstance(self.head, SipMaskHead):
             raise TypeError(f"SipMask needs a SipMaskHead, got {type(self.head).__name__}")
         for key, value, low, high in (("MASK_LOSS_WEIGHT", mask_loss_weight, 0.0, float("inf")),
@@ -56,8 +59,16 @@ class SipMask(FCOS):
         self.mask_threshold = mask_threshold
 
     @classmethod
-    def build_head(cls, cfg, input_shape: List[ShapeSpec]) -> nn.Module:
-        return SipMaskHead(cfg, input_shape)
+    def build_head(cls, cfg, input_shape: List[ShapeSpec],
+                   features: Optional[Dict[str, ShapeSpec]] = None) -> nn.Module:
+        name = cfg.MODEL.SIPMASK.BASIS_IN_FEATURE
+        if not name:
+            return SipMaskHead(cfg, input_shape)
+        if name not in (features or {}):
+            raise ValueError(f"MODEL.SIPMASK.BASIS_IN_FEATURE: the backbone gives no '{name}' "
+                             f"(it gives {sorted(features or {})}; FPN's p2 needs res2 in "
+                             f"MODEL.FPN.IN_FEATURES and MODEL.RESNETS.OUT_FEATURES)")
+        return SipMaskHead(cfg, input_shape, basis_feature_shape=features[name])
 
     @classmethod
     def from_config(cls, cfg):
@@ -70,7 +81,16 @@ class SipMask(FCOS):
             "mask_loss_weight": sipmask.MASK_LOSS_WEIGHT,
             "mask_sample_nms_thresh": sipmask.MASK_SAMPLE_NMS_TH,
             "mask_threshold": sipmask.MASK_THRESHOLD,
+            "basis_in_feature": sipmask.BASIS_IN_FEATURE,
         }
+
+    def forward_head(self, images: ImageList) -> Tuple[List[Tensor], List[Tensor], List[Tensor],
+                                                      List[Tensor], Tensor]:
+        """Backbone and head on a padded batch: per level logits, regression, centerness,
+        coefficients; the basis masks."""
+        features = self.backbone(images.tensor)
+        extra = features[self.basis_in_feature] if self.basis_in_feature else None
+        return self.head([features[f] for f in self.head_in_features], extra)
 
     def forward(self, batched_inputs: List[Dict]):
         images = self.preprocess_image(batched_inputs)
