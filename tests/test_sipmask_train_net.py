@@ -19,6 +19,10 @@ from detectron2.utils.events import EventStorage
 
 from fcos_d2 import add_fcos_config
 from fcos_d2.data import synthetic
+from fcos_d2.modeling.assignment import compute_locations
+from fcos_d2.modeling.meta_arch import _flatten_levels
+from fcos_d2.modeling.sipmask.loss import mask_loss_image
+from fcos_d2.modeling.sipmask.masks import gt_masks_at_basis_size
 from training_processes import REPO, TrainingProcesses
 
 # 30 iterations; checkpoints after iterations 9, 19 and 29 (model_final).
@@ -26,6 +30,10 @@ TINY = ["MODEL.DEVICE", "cpu", "MODEL.FPN.OUT_CHANNELS", "32", "MODEL.SIPMASK.NU
         "MODEL.SIPMASK.BASIS_HIDDEN_CHANNELS", "32", "SEED", "7", "SOLVER.IMS_PER_BATCH", "2",
         "SOLVER.WARMUP_ITERS", "2", "SOLVER.MAX_ITER", "30", "SOLVER.STEPS", "(100,)",
         "SOLVER.CHECKPOINT_PERIOD", "10", "DATALOADER.NUM_WORKERS", "0",
+        # AdamW as the detection quickstart: with the config's SGD the masks hardly learn
+        # in 30 iterations (the loss on true boxes 0.689 -> 0.702)
+        "SOLVER.OPTIMIZER", "ADAMW", "SOLVER.BASE_LR", "0.001", "SOLVER.WEIGHT_DECAY", "0.05",
+        "SOLVER.BIAS_LR_FACTOR", "1.0",
         "DATASETS.TRAIN", "('tiny_masks',)", "DATASETS.TEST", "('tiny_masks',)"]
 
 
@@ -76,7 +84,12 @@ def training_images():
     return inputs
 
 
-def mask_loss_of(checkpoint: Path) -> float:
+def mask_loss_on_true_boxes(checkpoint: Path) -> float:
+    """SipMask's mask loss of a checkpoint on the 4 images, with every positive's box the
+    ground-truth box it is assigned to and weight 1: unlike the training loss, which crops
+    to the predicted boxes and weights by their scores and IoUs, a fixed objective (the
+    training loss moves as the boxes learn: on an AMD EPYC it went 0.38, 0.67, 0.50 over
+    iterations 9, 19, 29)."""
     cfg = get_cfg()
     add_fcos_config(cfg)
     cfg.merge_from_file(str(REPO / "configs" / "quickstart-sipmask.yaml"))
@@ -84,14 +97,28 @@ def mask_loss_of(checkpoint: Path) -> float:
     model = build_model(cfg)
     model.load_state_dict(torch.load(checkpoint, weights_only=True)["model"])
     model.train()
+    inputs = training_images()
+    instances = [x["instances"] for x in inputs]
     with EventStorage(), torch.no_grad():
-        return model(training_images())["loss_sipmask_mask"].item()
+        logits, _, _, coefficients, basis = model.forward_head(model.preprocess_image(inputs))
+        locations = compute_locations([x.shape[-2:] for x in logits], model.strides, "cpu")
+        labels, _, matched = model.targets(locations, instances)  # (N, R) each
+        coefficients = _flatten_levels(coefficients).float()  # (N, R, 4B)
+        total = 0.0
+        for i, image in enumerate(instances):
+            rows = (labels[i] < model.num_classes).nonzero(as_tuple=True)[0]
+            boxes = image.gt_boxes.tensor
+            masks = gt_masks_at_basis_size(image.gt_masks, image.image_size, basis.shape[-2:])
+            total += mask_loss_image(basis[i].float(), coefficients[i, rows],
+                                     boxes[matched[i, rows]], torch.ones(len(rows)), boxes,
+                                     masks, matched[i, rows], sample_nms_thresh=0.9).item()
+    return total / len(instances)
 
 
 def test_training_through_train_net_lowers_the_mask_loss(runs):
-    early = mask_loss_of(runs["whole"] / "model_0000009.pth")
-    final = mask_loss_of(runs["whole"] / "model_final.pth")
-    # Between iterations 9 and 29 (on this CPU: 0.67 -> 0.58, deterministic).
+    early = mask_loss_on_true_boxes(runs["whole"] / "model_0000009.pth")
+    final = mask_loss_on_true_boxes(runs["whole"] / "model_final.pth")
+    # Between iterations 9 and 29 (on an AMD EPYC with AVX512-BF16: 0.679 -> 0.452).
     assert early > 0
     assert final < 0.9 * early, (early, final)
 
