@@ -87,6 +87,7 @@ class SipMaskHead(FCOSHead):
             raise ValueError(f"MODEL.SIPMASK.BASIS_LEVELS: {basis_levels} must lie in "
                              f"[1, {len(input_shape)}] (the head's levels)")
         self.basis_upsample = _basis_upsample(input_shape[0].stride, basis_feature_shape)
+        self.has_basis_feature = basis_feature_shape is not None
         for key, value in (("NUM_BASIS", num_basis),
                            ("BASIS_HIDDEN_CHANNELS", basis_hidden_channels)):
             if value < 1:
@@ -126,10 +127,11 @@ class SipMaskHead(FCOSHead):
         """features: per level (N, C, Hi, Wi); basis_feature: (N, Cf, Hf, Wf), the finer
         feature the head was built for (None without one) -> (logits, regression,
         centerness, coefficients, basis masks)."""
-        if (basis_feature is None) != (self.basis_upsample[1] is None):
-            raise ValueError("SipMaskHead: built " + ("without" if basis_feature is not None
-                             else "with") + " a basis feature (MODEL.SIPMASK.BASIS_IN_FEATURE)"
-                             ", called " + ("with" if basis_feature is not None else "without"))
+        called_with = basis_feature is not None
+        if called_with != self.has_basis_feature:
+            built, called = ("with", "without") if self.has_basis_feature else ("without", "with")
+            raise ValueError(f"SipMaskHead: built {built} a basis feature "
+                             f"(MODEL.SIPMASK.BASIS_IN_FEATURE), called {called}")
         logits, regression, centerness, coefficients, basis_inputs = [], [], [], [], []
         for level, (feature, scale) in enumerate(zip(features, self.scales)):
             feature = self.share_tower(feature)
@@ -160,24 +162,23 @@ class SipMaskHead(FCOSHead):
                              for x in box_features]
         x = torch.cat(upsampled, dim=1)  # (N, Cf + C * BASIS_LEVELS, H, W)
         x = F.relu(self.sip_mask_lat(F.relu(self.sip_mask_lat0(x))))  # (N, B, H, W)
-        factor = self.basis_upsample[0]
-        if factor == 1:
+        if self.basis_upsample == 1:
             return x
-        return F.interpolate(x, scale_factor=factor, mode="bilinear", align_corners=False)
+        return F.interpolate(x, scale_factor=self.basis_upsample, mode="bilinear",
+                             align_corners=False)
 
 
-def _basis_upsample(level0_stride: int, basis_feature_shape: Optional[ShapeSpec]
-                    ) -> Tuple[int, Optional[int]]:
-    """(the factor from the basis masks' source stride to ``MASK_STRIDE``, the finer
-    feature's stride or None); refuses strides that do not fit."""
+def _basis_upsample(level0_stride: int, basis_feature_shape: Optional[ShapeSpec]) -> int:
+    """The factor from the basis masks' source stride (the finer feature's, else level
+    0's) to ``MASK_STRIDE``; refuses strides that do not fit."""
     if basis_feature_shape is None:
         if level0_stride % MASK_STRIDE:
             raise ValueError(f"SipMask: the head's first level has stride {level0_stride}; "
                              f"the basis masks need a multiple of {MASK_STRIDE}")
-        return level0_stride // MASK_STRIDE, None
+        return level0_stride // MASK_STRIDE
     stride = basis_feature_shape.stride
     if stride is None or stride % MASK_STRIDE or stride >= level0_stride:
         raise ValueError(f"MODEL.SIPMASK.BASIS_IN_FEATURE: its stride {stride} must be a "
                          f"multiple of {MASK_STRIDE} below the head's first level's "
                          f"({level0_stride})")
-    return stride // MASK_STRIDE, stride
+    return stride // MASK_STRIDE
