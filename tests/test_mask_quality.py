@@ -126,3 +126,20 @@ def test_one_run_trains_and_reports_the_box_and_mask_scores_of_its_evaluation(
     assert all(math.isfinite(v) for v in scores), row
     assert row["regime"]["DATASETS"] == [[tiny], [tiny]]
     assert (tmp_path / "run" / "inference" / tiny / "summary.txt").is_file()
+
+
+def test_zero_latency_images_times_nothing_and_builds_no_model(tmp_path, monkeypatch):
+    weights = tmp_path / "runs" / "sipmask-0" / "model_final.pth"
+    weights.parent.mkdir(parents=True)
+    weights.write_bytes(b"")  # a seed-0 model is there: only num_images decides
+
+    def no_config(*args, **kwargs):
+        raise AssertionError("a model was set up although no image is to be timed")
+
+    monkeypatch.setattr(mq, "setup_cfg", no_config)
+    assert mq.measure_latency(["sipmask"], tmp_path, 20, [], 0) == {}
+    with pytest.raises(AssertionError, match="no image is to be timed"):
+        mq.measure_latency(["sipmask"], tmp_path, 20, [], 1)
+    run = {"contender": "sipmask", "seed": 0, "status": "ok", "box": {"AP": 60.0},
+           "mask": {"AP": 50.0, "AP50": 90.0, "AP75": 40.0}}
+    assert mq.summarise([run], {}, ["sipmask"]).endswith("| 60.0 | nan | n/a |")

@@ -265,8 +265,11 @@ def measure_latency(names: List[str], output: Path, iters: int, opts: List,
     side: one thread, batch 1, the contenders alternating image by image.
 
     Returns:
-        name -> {"median_s", "images"}; contenders without a seed-0 model are left out.
+        name -> {"median_s", "images"}; contenders without a seed-0 model are left out,
+        and nothing is timed (no model is built) when ``num_images`` is 0.
     """
+    if num_images < 1:
+        return {}
     import torch
     from detectron2.modeling import build_model
 
@@ -388,7 +391,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--val-images", type=int, default=300,
                         help="score on the first N images of synthetic_masks_val (all 300)")
     parser.add_argument("--latency-images", type=int, default=100,
-                        help="val images timed per contender")
+                        help="val images timed per contender (0: none)")
     parser.add_argument("--output", default=str(REPO / "output" / "mask_quality"))
     parser.add_argument("opts", nargs=argparse.REMAINDER, default=[],
                         help="config overrides for every contender (KEY VALUE ...); use a "
