@@ -14,15 +14,20 @@ from fcos_d2.modeling.sipmask.head import FeatureAlign, SipMaskHead
 from fcos_d2.modeling.sipmask.masks import paste_mask_probabilities, resize_and_threshold
 
 
+SIPMASK_BASIS = ("MODEL.SIPMASK.BASIS_IN_FEATURE", "", "MODEL.FPN.IN_FEATURES",
+                 "['res3', 'res4']", "MODEL.RESNETS.OUT_FEATURES", "['res3', 'res4']")
+
+
 def tiny_cfg(*opts):
-    """The mask quickstart made tiny: 32 channels, 8 basis masks, float32, plain layout."""
+    """The mask quickstart made tiny: 32 channels, 8 basis masks, float32, plain layout,
+    with SipMask's own basis masks (from the P3-P4 box towers; the config adds P2)."""
     cfg = get_cfg()
     add_fcos_config(cfg)
     cfg.merge_from_file(get_config_file("quickstart-sipmask.yaml"))
     cfg.merge_from_list(["MODEL.DEVICE", "cpu", "MODEL.FPN.OUT_CHANNELS", "32",
                          "MODEL.FCOS.CHANNELS_LAST", "False", "MODEL.SIPMASK.NUM_BASIS", "8",
                          "MODEL.SIPMASK.BASIS_HIDDEN_CHANNELS", "32",
-                         "MODEL.FCOS.INFERENCE_TH_TEST", "0.0", *opts])
+                         "MODEL.FCOS.INFERENCE_TH_TEST", "0.0", *SIPMASK_BASIS, *opts])
     return cfg
 
 
