@@ -87,11 +87,11 @@ def test_runs_are_reused_only_under_the_same_regime_and_the_table_is_written(
     import fcos_d2.data
     import train_quality
 
-    regime = mq.shared_regime(mq.setup_cfg("mask-rcnn", 0, "", 20, []))
-    stale = dict(regime, SEED=99)  # e.g. an earlier run under another schedule or seed
-    rows = [{"contender": "mask-rcnn", "seed": 0, "status": "ok", "regime": regime,
+    key = mq.run_key(mq.setup_cfg("mask-rcnn", 0, "", 20, []))
+    stale = dict(key, regime=dict(key["regime"], SEED=99))  # e.g. another schedule or seed
+    rows = [{"contender": "mask-rcnn", "seed": 0, "status": "ok", **key,
              "mask": {"AP": 5.0, "AP50": 9.0, "AP75": 4.0}, "box": {"AP": 6.0}},
-            {"contender": "mask-rcnn", "seed": 1, "status": "ok", "regime": stale,
+            {"contender": "mask-rcnn", "seed": 1, "status": "ok", **stale,
              "mask": {"AP": 50.0, "AP50": 90.0, "AP75": 40.0}, "box": {"AP": 60.0}}]
     (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     launched = []
@@ -143,3 +143,10 @@ def test_zero_latency_images_times_nothing_and_builds_no_model(tmp_path, monkeyp
     run = {"contender": "sipmask", "seed": 0, "status": "ok", "box": {"AP": 60.0},
            "mask": {"AP": 50.0, "AP50": 90.0, "AP75": 40.0}}
     assert mq.summarise([run], {}, ["sipmask"]).endswith("| 60.0 | nan | n/a |")
+
+
+def test_a_run_of_another_model_option_is_not_reused():
+    plain = mq.run_key(mq.setup_cfg("sipmask", 0, "", 20, []))
+    other = mq.run_key(mq.setup_cfg("sipmask", 0, "", 20, ["MODEL.FCOS.CLS_LOSS", "focal"]))
+    assert plain["regime"] == other["regime"]  # the shared part is the same ...
+    assert plain["model"] != other["model"]  # ... but the model is not: it runs again

@@ -34,6 +34,7 @@ Usage:
         [--iters N] [--val-images N] [--jobs 2] [--output DIR] [KEY VALUE ...]
 """
 import argparse
+import hashlib
 import json
 import math
 import statistics
@@ -134,6 +135,17 @@ def shared_regime(cfg) -> dict:
         "PIXELS": [cfg.MODEL.PIXEL_MEAN, cfg.MODEL.PIXEL_STD],
     }
     return json.loads(json.dumps(keys, default=list))
+
+
+def model_digest(cfg) -> str:
+    """A digest of the contender's whole ``MODEL`` node (its options, e.g. MODEL.FCOS.CLS_LOSS,
+    are not part of the shared regime): a run is reused only for the same model."""
+    return hashlib.sha256(cfg.MODEL.dump().encode()).hexdigest()[:16]
+
+
+def run_key(cfg) -> dict:
+    """What a stored run must match to be reused: the shared regime and the model."""
+    return {"regime": shared_regime(cfg), "model": model_digest(cfg)}
 
 
 def base_max_iter() -> int:
@@ -253,7 +265,7 @@ def run_one(name: str, seed: int, output_dir: str, iters: int, opts: List,
             "mask": scores["segm"],
             "final_losses": {k: v for k, v in recorder.tail().items() if k.startswith("loss")},
             "train_and_eval_seconds": round(seconds, 1), "iters": iters,
-            "base_config": base_config, "commit": commit, "regime": shared_regime(cfg)}
+            "base_config": base_config, "commit": commit, **run_key(cfg)}
 
 
 # ---------------------------------------------------------------- latency (one process)
@@ -359,11 +371,11 @@ def main(argv=None) -> str:
     prepare_dataset(TRAIN_NAME)  # once here, so that the runs never race to make them
     val_dataset(args.val_images)
     results_file = output / "results.jsonl"
-    regimes = {(c, s): shared_regime(setup_cfg(c, s, "", args.iters, args.opts,
-                                               args.val_images))
-               for c in names for s in args.seeds}
-    valid = [r for r in load_results(results_file)
-             if regimes.get((r["contender"], r["seed"])) == r["regime"]]
+    keys = {(c, s): run_key(setup_cfg(c, s, "", args.iters, args.opts, args.val_images))
+            for c in names for s in args.seeds}
+    matches = lambda r: keys.get((r["contender"], r["seed"])) == {
+        "regime": r["regime"], "model": r.get("model")}  # rows without a model: rerun
+    valid = [r for r in load_results(results_file) if matches(r)]
     done = {(r["contender"], r["seed"]) for r in valid}
     todo = [(c, s) for s in args.seeds for c in names if (c, s) not in done]
     _run_all(todo, args.jobs, output, ["--iters", str(args.iters), "--val-images",
@@ -371,8 +383,7 @@ def main(argv=None) -> str:
     latency = measure_latency(names, output, args.iters, args.opts, args.latency_images,
                               args.val_images)
     (output / "latency.json").write_text(json.dumps(latency, indent=1) + "\n")
-    valid = [r for r in load_results(results_file)
-             if regimes.get((r["contender"], r["seed"])) == r["regime"]]
+    valid = [r for r in load_results(results_file) if matches(r)]
     table = summarise(valid, latency, list(CONTENDERS))
     (output / "table.md").write_text(table + "\n")
     print(table)
