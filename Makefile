@@ -58,7 +58,7 @@ train-quality-thin: setup
 
 # Mask AP and latency of SipMask against detectron2's Mask R-CNN (same trunk, data,
 # schedule and evaluator), 3 seeds each, two runs at a time on one thread each; runs
-# already in output/mask_quality/results.jsonl under the same regime are kept. Shorter:
+# already in output/mask_quality/results.jsonl under the same regime and model are kept. Shorter:
 # make mask-quality MASK_QUALITY_ARGS="--iters 600".
 MASK_QUALITY_ARGS ?=
 mask-quality: setup
