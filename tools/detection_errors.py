@@ -35,15 +35,6 @@ SIZE_BINS = (("< 16", 0, 16), ("16-32", 16, 32), ("32-64", 32, 64), ("> 64", 64,
 MISSED = -1
 
 
-def box_iou_xywh(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """(M, 4) and (K, 4) COCO boxes (x, y, w, h) -> (M, K) IoU."""
-    a_end, b_end = a[:, None, :2] + a[:, None, 2:], b[None, :, :2] + b[None, :, 2:]
-    wh = np.clip(np.minimum(a_end, b_end) - np.maximum(a[:, None, :2], b[None, :, :2]), 0, None)
-    inter = wh[..., 0] * wh[..., 1]
-    union = (a[:, 2] * a[:, 3])[:, None] + (b[:, 2] * b[:, 3])[None] - inter
-    return np.where(union > 0, inter / np.maximum(union, 1e-12), 0.0)
-
-
 def best_covering_classes(gt_boxes: np.ndarray, det_boxes: np.ndarray, det_classes: np.ndarray,
                           det_scores: np.ndarray, *, iou_threshold: float = 0.5) -> np.ndarray:
     """One image: for each object (M, 4), the class of the highest-scored detection (K, 4)
@@ -51,7 +42,9 @@ def best_covering_classes(gt_boxes: np.ndarray, det_boxes: np.ndarray, det_class
     out = np.full(len(gt_boxes), MISSED, dtype=np.int64)
     if len(gt_boxes) == 0 or len(det_boxes) == 0:
         return out
-    covering = box_iou_xywh(gt_boxes, det_boxes) >= iou_threshold  # (M, K)
+    from pycocotools import mask as mask_util  # its iou() takes COCO (x, y, w, h) boxes
+    iou = mask_util.iou(gt_boxes.tolist(), det_boxes.tolist(), [0] * len(det_boxes))
+    covering = np.asarray(iou).reshape(len(gt_boxes), len(det_boxes)) >= iou_threshold
     ranked = np.where(covering, det_scores[None], -np.inf)
     best = ranked.argmax(axis=1)
     found = covering.any(axis=1)
@@ -87,9 +80,9 @@ def error_table(gt: dict, detections: List[dict], *, iou_threshold: float = 0.5)
                                                iou_threshold=iou_threshold))
         truth.append(np.array([index[a["category_id"]] for a in anns], dtype=np.int64))
         boxes.append(gt_boxes)
-    truth, predicted = np.concatenate(truth or [np.zeros(0, np.int64)]), np.concatenate(
-        predicted or [np.zeros(0, np.int64)])
-    boxes = np.concatenate(boxes or [np.zeros((0, 4))])
+    none = np.zeros(0, np.int64)
+    truth, predicted = np.concatenate([none, *truth]), np.concatenate([none, *predicted])
+    boxes = np.concatenate([np.zeros((0, 4)), *boxes])
     bins = {name: (int(m.sum()), int((predicted[m] != MISSED).sum()),
                    int((predicted[m] == truth[m]).sum()))
             for name, m in size_bin_masks(boxes).items()}

@@ -23,9 +23,9 @@ becomes ``--iters``, the lr steps and warm-up keep their fractions of it.
 
 Each (contender, seed) runs in its own process with one thread, ``--jobs`` at a time
 (tools/train_quality.py's runner); results go to ``OUTPUT/results.jsonl`` (runs found
-there under the same shared regime and the same ``MODEL`` node are not repeated). Then one process times inference of both contenders' seed-0
-models side by side, one image at a time on one thread, alternating between them image by
-image (``--latency-images`` val images, after a warm-up), and the table (mask AP mean,
+there under the same shared regime and the same ``MODEL`` node are not repeated). Then
+one process times inference of both contenders' seed-0 models side by side, one image at
+a time on one thread, alternating between them image by image (``--latency-images`` val images, after a warm-up), and the table (mask AP mean,
 sample std and range over seeds, box AP, median latency per image) is printed and written
 to ``OUTPUT/table.md``.
 
@@ -373,8 +373,11 @@ def main(argv=None) -> str:
     results_file = output / "results.jsonl"
     keys = {(c, s): run_key(setup_cfg(c, s, "", args.iters, args.opts, args.val_images))
             for c in names for s in args.seeds}
-    matches = lambda r: keys.get((r["contender"], r["seed"])) == {
-        "regime": r["regime"], "model": r.get("model")}  # rows without a model: rerun
+
+    def matches(row: dict) -> bool:  # rows stored without a model digest run again
+        key = {"regime": row["regime"], "model": row.get("model")}
+        return keys.get((row["contender"], row["seed"])) == key
+
     valid = [r for r in load_results(results_file) if matches(r)]
     done = {(r["contender"], r["seed"]) for r in valid}
     todo = [(c, s) for s in args.seeds for c in names if (c, s) not in done]
