@@ -150,3 +150,25 @@ def test_a_run_of_another_model_option_is_not_reused():
     other = mq.run_key(mq.setup_cfg("sipmask", 0, "", 20, ["MODEL.FCOS.CLS_LOSS", "focal"]))
     assert plain["regime"] == other["regime"]  # the shared part is the same ...
     assert plain["model"] != other["model"]  # ... but the model is not: it runs again
+
+
+def test_mask_rcnn_is_reused_across_sipmask_options_but_not_its_own():
+    def key(*opts):
+        return mq.run_key(mq.setup_cfg("mask-rcnn", 0, "", 20, list(opts)))
+
+    plain = key()
+    assert key("MODEL.FCOS.CLS_LOSS", "focal", "MODEL.SIPMASK.BASIS_IN_FEATURE", "p3") == plain
+    for opts in (["MODEL.ROI_MASK_HEAD.NUM_CONV", 2], ["MODEL.FCOS.CPU_BF16", "always"],
+                 ["MODEL.FCOS.COMPILE", True]):  # read by Mask R-CNN or by train_net
+        assert key(*opts)["model"] != plain["model"], opts
+
+
+def test_the_model_digest_does_not_depend_on_which_lists_the_config_shares():
+    cfg = mq.setup_cfg("mask-rcnn", 0, "", 20, [])
+    own, shared = cfg.clone(), cfg.clone()
+    own.defrost()
+    shared.defrost()
+    own.MODEL.FPN.IN_FEATURES = list(own.MODEL.RESNETS.OUT_FEATURES)  # equal lists ...
+    shared.MODEL.FPN.IN_FEATURES = shared.MODEL.RESNETS.OUT_FEATURES  # ... or one, twice
+    assert own.MODEL.dump() != shared.MODEL.dump()  # yacs writes the second as an alias ...
+    assert mq.model_digest(own) == mq.model_digest(shared)  # ... the digest sees the values

@@ -137,10 +137,25 @@ def shared_regime(cfg) -> dict:
     return json.loads(json.dumps(keys, default=list))
 
 
+# MODEL.FCOS keys that train_net reads for every architecture (class count, precision,
+# compilation); Mask R-CNN reads no other key of the FCOS and SipMask nodes
+TRAINER_FCOS_KEYS = ("NUM_CLASSES", "CPU_BF16", "COMPILE")
+
+
 def model_digest(cfg) -> str:
-    """A digest of the contender's whole ``MODEL`` node (its options, e.g. MODEL.FCOS.CLS_LOSS,
-    are not part of the shared regime): a run is reused only for the same model."""
-    return hashlib.sha256(cfg.MODEL.dump().encode()).hexdigest()[:16]
+    """A digest of the ``MODEL`` keys the contender reads (its options, e.g.
+    MODEL.FCOS.CLS_LOSS, are not part of the shared regime): a run is reused only for the
+    same model. Mask R-CNN's digest leaves out the FCOS and SipMask options, so that a
+    SipMask option does not retrain Mask R-CNN."""
+    model = cfg.MODEL.clone()
+    model.defrost()
+    if model.META_ARCHITECTURE == "GeneralizedRCNN":
+        model.FCOS = type(model)({k: model.FCOS[k] for k in TRAINER_FCOS_KEYS})
+        model.pop("SIPMASK", None)
+    # canonical JSON, not yacs' YAML dump: its aliases (&id001) depend on which lists the
+    # config shares, e.g. FPN.IN_FEATURES written as an anchor of RESNETS.OUT_FEATURES
+    text = json.dumps(model, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def run_key(cfg) -> dict:
