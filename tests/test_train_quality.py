@@ -355,3 +355,25 @@ def test_init_seed_reseeds_the_initial_weights_alone_and_equal_to_the_seed_is_th
     assert all(torch.equal(a, b) for a, b in zip(plain.state_dict().values(),
                                                  same.state_dict().values()))
     assert not all(torch.equal(a, b) for a, b in zip(plain_init, other_init))
+
+
+def test_the_protocol_trains_with_the_optimizer_the_config_names(tmp_path, monkeypatch):
+    """SOLVER.OPTIMIZER reaches the benchmark (detectron2's build_optimizer is SGD only)."""
+    import fcos_d2.engine.optimizer as optimizers
+
+    _toy_dataset(tmp_path, "train_quality_optimizer_toy")
+    built, build = [], optimizers.build_optimizer
+    monkeypatch.setattr(optimizers, "build_optimizer",
+                        lambda cfg, model: built.append(build(cfg, model)) or built[-1])
+    for name in (tq.RECIPE, f"{tq.RECIPE}+adamw", f"{tq.DETECTRON2}+adamw"):
+        if name.startswith(tq.DETECTRON2) and \
+                importlib.util.find_spec("detectron2.modeling.meta_arch.fcos") is None:
+            print("skipped detectron2+adamw: the installed detectron2 has no FCOS")
+            continue
+        cfg = _cfg(name, "DATASETS.TRAIN", ("train_quality_optimizer_toy",),
+                   "SOLVER.MAX_ITER", 1, "SOLVER.IMS_PER_BATCH", 2,
+                   "INPUT.MIN_SIZE_TRAIN", (64,), "INPUT.MAX_SIZE_TRAIN", 64)
+        tq.train(name, cfg, seed=0)
+    assert isinstance(built[0], torch.optim.SGD)
+    assert all(isinstance(o, torch.optim.AdamW) for o in built[1:]) and len(built) >= 2
+    assert (built[1].defaults["lr"], built[1].defaults["weight_decay"]) == (0.001, 0.05)

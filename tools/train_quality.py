@@ -154,6 +154,12 @@ RECIPE_VARIANTS: Dict[str, List[str]] = OrderedDict([
     # twice as long (the config's own 1200 iterations, lr x0.1 at 1000): do the seeds'
     # differences shrink as training gets further?
     ("1200-iterations", ["SOLVER.MAX_ITER", "1200", "SOLVER.STEPS", "(1000,)"]),
+    # the quickstart's optimizer (configs/quickstart.yaml), which took SipMask's quickstart
+    # from 23.4 to 48.1 box AP: AdamW, lr 1e-3, decoupled weight decay 0.05, none on norms
+    # and biases (the recipe's biases already train at the base lr); batch and schedule stay
+    ("adamw", ["SOLVER.OPTIMIZER", "ADAMW", "SOLVER.BASE_LR", "0.001",
+               "SOLVER.WEIGHT_DECAY", "0.05", "SOLVER.WEIGHT_DECAY_NORM", "0.0",
+               "SOLVER.WEIGHT_DECAY_BIAS", "0.0"]),
 ])
 # A schedule candidate changes every contender's training, not fcos-d2's alone: the same
 # change on detectron2's FCOS, contender "detectron2+NAME", tells whether it is the
@@ -162,6 +168,7 @@ DETECTRON2 = "detectron2"
 DETECTRON2_VARIANTS: Dict[str, List[str]] = OrderedDict([
     ("warmup-200", RECIPE_VARIANTS["warmup-200"]),
     ("1200-iterations", RECIPE_VARIANTS["1200-iterations"]),
+    ("adamw", RECIPE_VARIANTS["adamw"]),
 ])
 # LabelEnc (fcos_d2/modeling/labelenc) on the recipe: step 1 with the distance-loss warm-up
 # added to REGIME (a third of it, as the official 30000 of 90000), then step 2 with REGIME
@@ -372,7 +379,9 @@ def train(name: str, cfg, seed: int, init=None, diagnostics: bool = False,
     import torch
     from detectron2.data import build_detection_train_loader
     from detectron2.engine import SimpleTrainer, hooks
-    from detectron2.solver import build_lr_scheduler, build_optimizer
+    from detectron2.solver import build_lr_scheduler
+
+    from fcos_d2.engine.optimizer import build_optimizer  # SOLVER.OPTIMIZER: SGD or AdamW
     from detectron2.utils.env import seed_all_rng
 
     seed_all_rng(seed)
@@ -598,7 +607,7 @@ def labelenc_iteration_cost(repeats: int) -> str:
     process so that other load hits them alike; and each as a multiple of the recipe's."""
     import torch
     from detectron2.data import build_detection_train_loader
-    from detectron2.solver import build_optimizer
+    from fcos_d2.engine.optimizer import build_optimizer
     from detectron2.utils.events import EventStorage
 
     torch.set_num_threads(1)
@@ -639,7 +648,7 @@ def regime_iteration_cost(repeats: int) -> str:
 
     import torch
     from detectron2.data import build_detection_train_loader
-    from detectron2.solver import build_optimizer
+    from fcos_d2.engine.optimizer import build_optimizer
     from detectron2.utils.events import EventStorage
 
     torch.set_num_threads(1)
