@@ -23,11 +23,12 @@ becomes ``--iters``, the lr steps and warm-up keep their fractions of it.
 
 Each (contender, seed) runs in its own process with one thread, ``--jobs`` at a time
 (tools/train_quality.py's runner); results go to ``OUTPUT/results.jsonl`` (runs found
-there under the same shared regime and the same ``MODEL`` node are not repeated). Then
-one process times inference of both contenders' seed-0 models side by side, one image at
-a time on one thread, alternating between them image by image (``--latency-images`` val images, after a warm-up), and the table (mask AP mean,
-sample std and range over seeds, box AP, median latency per image) is printed and written
-to ``OUTPUT/table.md``.
+there under the same shared regime and the same model, ``model_digest``, are not
+repeated). Then one process times inference of both contenders' seed-0 models side by
+side, one image at a time on one thread, alternating between them image by image
+(``--latency-images`` val images, after a warm-up), and the table (mask AP mean, sample
+std and range over seeds, box AP, median latency per image) is printed and written to
+``OUTPUT/table.md``.
 
 Usage:
     python tools/mask_quality.py [--contenders sipmask mask-rcnn] [--seeds 0 1 2]

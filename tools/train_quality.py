@@ -380,9 +380,9 @@ def train(name: str, cfg, seed: int, init=None, diagnostics: bool = False,
     from detectron2.data import build_detection_train_loader
     from detectron2.engine import SimpleTrainer, hooks
     from detectron2.solver import build_lr_scheduler
+    from detectron2.utils.env import seed_all_rng
 
     from fcos_d2.engine.optimizer import build_optimizer  # SOLVER.OPTIMIZER: SGD or AdamW
-    from detectron2.utils.env import seed_all_rng
 
     seed_all_rng(seed)
     if init_seed is not None:
@@ -607,8 +607,9 @@ def labelenc_iteration_cost(repeats: int) -> str:
     process so that other load hits them alike; and each as a multiple of the recipe's."""
     import torch
     from detectron2.data import build_detection_train_loader
-    from fcos_d2.engine.optimizer import build_optimizer
     from detectron2.utils.events import EventStorage
+
+    from fcos_d2.engine.optimizer import build_optimizer
 
     torch.set_num_threads(1)
     _register_datasets()
@@ -648,8 +649,9 @@ def regime_iteration_cost(repeats: int) -> str:
 
     import torch
     from detectron2.data import build_detection_train_loader
-    from fcos_d2.engine.optimizer import build_optimizer
     from detectron2.utils.events import EventStorage
+
+    from fcos_d2.engine.optimizer import build_optimizer
 
     torch.set_num_threads(1)
     configs, models, optimizers, batches = {}, {}, {}, {}
