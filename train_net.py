@@ -157,11 +157,11 @@ class Trainer(DefaultTrainer):
     def test_with_TTA(cls, cfg, model, iterations=None):
         """Evaluation with test-time augmentation (TEST.AUG): COCOEvaluator's files go to
         OUTPUT_DIR/inference_TTA/<dataset>, the summary.txt blocks say [TTA], and every
-        result key gets "_TTA", as in detectron2's tools/train_net.py. Boxes only: TTA
-        merges boxes, so a mask model's masks are not evaluated under it."""
-        logger.info("Running inference with test-time augmentation ..."
-                    + (" (boxes only: TTA does not merge masks)" if cfg.MODEL.MASK_ON else ""))
-        evaluators = [cls.build_evaluator(cfg, name, tasks=("bbox",), output_folder=os.path.join(
+        result key gets "_TTA", as in detectron2's tools/train_net.py. A mask model's masks
+        are voted over the copies (fcos_d2/modeling/test_time_augmentation.py) and scored
+        as "segm" too."""
+        logger.info("Running inference with test-time augmentation ...")
+        evaluators = [cls.build_evaluator(cfg, name, output_folder=os.path.join(
             cfg.OUTPUT_DIR, "inference_TTA", name)) for name in cfg.DATASETS.TEST]
         model = inference_model(model, fast_inference_enabled(cfg))
         results = super().test(cfg, FCOSWithTTA(cfg, model), evaluators)

@@ -18,12 +18,16 @@ class FCOSWithBoxMasks(FCOS):
         outputs = super().forward(batched_inputs)
         for output in [] if self.training else outputs:
             found = output["instances"]
-            height, width = found.image_size
-            ys, xs = torch.arange(height)[:, None], torch.arange(width)[None]  # (H, 1), (1, W)
-            x0, y0, x1, y1 = found.pred_boxes.tensor.T.cpu()[..., None, None]  # (R, 1, 1) each
-            found.pred_masks = ((xs >= x0.floor()) & (xs < x1.ceil()) & (ys >= y0.floor())
-                                & (ys < y1.ceil())).to(found.scores.device)  # (R, H, W)
+            found.pred_masks = self.filled_boxes(found.pred_boxes.tensor, *found.image_size
+                                                 ).to(found.scores.device)
         return outputs
+
+    @staticmethod
+    def filled_boxes(boxes: torch.Tensor, height: int, width: int) -> torch.Tensor:
+        """(R, 4) boxes -> (R, H, W) bool: the pixels each box touches."""
+        ys, xs = torch.arange(height)[:, None], torch.arange(width)[None]  # (H, 1), (1, W)
+        x0, y0, x1, y1 = boxes.T.cpu()[..., None, None]  # (R, 1, 1) each
+        return (xs >= x0.floor()) & (xs < x1.ceil()) & (ys >= y0.floor()) & (ys < y1.ceil())
 
 
 if "FCOSWithBoxMasks" not in META_ARCH_REGISTRY:

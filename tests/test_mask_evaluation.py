@@ -1,6 +1,6 @@
 """Mask evaluation: with MODEL.MASK_ON, train_net.py's Trainer scores boxes ("bbox") and
 masks ("segm") with COCOEvaluator and writes both to summary.txt; test-time augmentation
-scores a mask model's boxes only.
+scores a mask model's boxes and its voted masks.
 
 The segm case is a tiny COCO set scored against hand-made predictions, its AP computed by
 hand: two 20 x 20 images, one 10 x 10 square each (a polygon in image 1, RLE in image 2).
@@ -135,22 +135,29 @@ def test_summary_with_masks_has_a_row_per_task_and_a_column_per_task_per_categor
                      "\n")
 
 
-def test_tta_of_a_mask_model_scores_its_boxes_only(tiny_masks, tmp_path):
+def test_tta_of_a_mask_model_scores_boxes_and_masks_as_plain_inference_on_one_copy(
+        tiny_masks, tmp_path):
     from train_net import Trainer
     from fcos_d2 import get_config_file
     from mask_models import FCOSWithBoxMasks
 
     # untrained: every score is about PRIOR_PROB, so no threshold keeps detections coming
     cfg = _cfg(tmp_path, True, "TEST.AUG.ENABLED", "True", "TEST.AUG.MIN_SIZES", f"({SIZE},)",
-               "MODEL.FCOS.INFERENCE_TH_TEST", "0.0", base=get_config_file("quickstart.yaml"))
+               "TEST.AUG.FLIP", "False", "MODEL.FCOS.INFERENCE_TH_TEST", "0.0",
+               base=get_config_file("quickstart.yaml"))
     torch.manual_seed(0)
     model = FCOSWithBoxMasks(cfg).eval()
     with torch.no_grad():  # every location a box about a stride from it on each side
         model.head.bbox_pred.bias.fill_(1.0)
     found = model([{"image": torch.zeros(3, SIZE, SIZE)}])[0]["instances"]
     assert len(found) and found.pred_masks.shape == (len(found), SIZE, SIZE)
+    plain = Trainer.test(cfg, model, iterations=1)
     results = Trainer.test_with_TTA(cfg, model, iterations=1)
-    assert set(results) == {"bbox_TTA"}
-    summary = open(summary_path(str(tmp_path), NAME)).read()
-    assert summary.startswith(f"== {NAME} [TTA] | iterations trained: 1 |")
-    assert "segm" not in summary
+    assert set(results) == {"bbox_TTA", "segm_TTA"}
+    assert plain["segm"]["AP"] > 0  # the equality below compares something
+    # The only copy is the image itself: the same detections, so the same AP.
+    for task in ("bbox", "segm"):
+        assert results[f"{task}_TTA"]["AP"] == pytest.approx(plain[task]["AP"], abs=1e-9)
+    blocks = open(summary_path(str(tmp_path), NAME)).read().split("\n\n")
+    tta_block = next(b for b in blocks if f"== {NAME} [TTA] | iterations trained: 1 |" in b)
+    assert "\n  segm " in tta_block
