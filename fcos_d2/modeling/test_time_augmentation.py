@@ -127,17 +127,16 @@ class FCOSWithTTA(nn.Module):
         """(K, H, W) bool: each kept detection's mask voted over the copies (module doc)."""
         votes = torch.zeros((len(merged), *size), dtype=torch.float32)  # (K, H, W)
         voters = torch.zeros(len(merged), dtype=torch.float32)  # (K,)
-        kept = Boxes(merged.pred_boxes.tensor.cpu())
+        kept, kept_classes = Boxes(merged.pred_boxes.tensor.cpu()), merged.pred_classes.cpu()
         for instances, copy_boxes, augmented in zip(found, boxes, copies):
-            match = matching_detections(kept, merged.pred_classes.cpu(),
-                                        Boxes(copy_boxes.cpu()),
+            match = matching_detections(kept, kept_classes, Boxes(copy_boxes.cpu()),
                                         instances.pred_classes.cpu(), self.nms_thresh)  # (K,)
             chosen = match >= 0
             if chosen.any():
                 masks = instances.pred_masks[match[chosen]].cpu()  # (k, h, w)
                 votes[chosen] += masks_to_original(masks, augmented["transforms"], size)
                 voters[chosen] += 1
-        masks = (votes >= 0.5 * voters.clamp(min=1)[:, None, None]) & (voters > 0)[:, None, None]
+        masks = (2 * votes >= voters[:, None, None]) & (voters > 0)[:, None, None]
         return masks.to(merged.scores.device)
 
 
