@@ -107,6 +107,9 @@ OFFICIAL = [
     "MODEL.FCOS.INFERENCE_TH_ON", "probability",
     "MODEL.FCOS.INFERENCE_TH_TEST", "0.05",
 ]
+# detectron2's gradient clipping (per parameter: L2 norm <= CLIP_VALUE 1.0)
+CLIP_GRADIENTS = ["SOLVER.CLIP_GRADIENTS.ENABLED", "True",
+                  "SOLVER.CLIP_GRADIENTS.CLIP_TYPE", "norm"]
 # fcos-d2 variants: name -> config overrides applied on top of OFFICIAL.
 VARIANTS: Dict[str, List[str]] = OrderedDict([
     ("official", []),
@@ -126,13 +129,12 @@ VARIANTS: Dict[str, List[str]] = OrderedDict([
                          "MODEL.FCOS.INFERENCE_TH_TEST", "0.2"]),
     # issue 20's ablations of the variance: the EMA normaliser's momentum (detectron2: 0.9),
     # the classification prior (official 0.01), a longer warm-up (REGIME: 50), and
-    # detectron2's gradient clipping (per parameter: L2 norm <= CLIP_VALUE 1.0)
+    # detectron2's gradient clipping
     ("ema-momentum-0.99", ["MODEL.FCOS.LOSS_NORMALIZER", "ema",
                            "MODEL.FCOS.LOSS_NORMALIZER_EMA_MOMENTUM", "0.99"]),
     ("prior-0.1", ["MODEL.FCOS.PRIOR_PROB", "0.1"]),
     ("warmup-200", ["SOLVER.WARMUP_ITERS", "200"]),
-    ("clip-gradients", ["SOLVER.CLIP_GRADIENTS.ENABLED", "True",
-                        "SOLVER.CLIP_GRADIENTS.CLIP_TYPE", "norm"]),
+    ("clip-gradients", CLIP_GRADIENTS),
     # FCOS-family training improvements (MODEL.FCOS.ASSIGNER, MODEL.FCOS.CLS_LOSS)
     ("atss", ["MODEL.FCOS.ASSIGNER", "atss"]),
     ("quality-focal", ["MODEL.FCOS.CLS_LOSS", "quality_focal"]),
@@ -148,14 +150,11 @@ RECIPE_VARIANTS: Dict[str, List[str]] = OrderedDict([
     # ATSS's 8-stride anchors put 10-100 px objects on P3 as the official ranges do; 4
     # strides spread them as the recipe's halved ranges
     ("atss-anchors-4", ["MODEL.FCOS.ASSIGNER", "atss", "MODEL.FCOS.ATSS_ANCHOR_SCALE", "4.0"]),
-    ("clip-gradients", ["SOLVER.CLIP_GRADIENTS.ENABLED", "True",
-                        "SOLVER.CLIP_GRADIENTS.CLIP_TYPE", "norm"]),
+    ("clip-gradients", CLIP_GRADIENTS),
     ("warmup-200", ["SOLVER.WARMUP_ITERS", "200"]),
     # the config's warm-up (a third of the schedule) with clipping: clipping alone took the
     # official formulation from 7.4 to 11.5 AP, better on every seed
-    ("warmup-200+clip-gradients", ["SOLVER.WARMUP_ITERS", "200",
-                                   "SOLVER.CLIP_GRADIENTS.ENABLED", "True",
-                                   "SOLVER.CLIP_GRADIENTS.CLIP_TYPE", "norm"]),
+    ("warmup-200+clip-gradients", ["SOLVER.WARMUP_ITERS", "200", *CLIP_GRADIENTS]),
     # twice as long (the config's own 1200 iterations, lr x0.1 at 1000): do the seeds'
     # differences shrink as training gets further?
     ("1200-iterations", ["SOLVER.MAX_ITER", "1200", "SOLVER.STEPS", "(1000,)"]),
