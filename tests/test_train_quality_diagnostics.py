@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from detectron2.engine import SimpleTrainer
+from detectron2.solver.build import maybe_add_gradient_clipping
 from detectron2.structures import Boxes, Instances
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,12 +48,14 @@ def _batch():
     return [{"image": torch.rand(3, 64, 64) * 255, "instances": instances}] * 2
 
 
-def _train_with_diagnostics(name):
+def _train_with_diagnostics(name, clip_value=None):
+    clipping = [] if clip_value is None else [*tq.CLIP_GRADIENTS,
+                                              "SOLVER.CLIP_GRADIENTS.CLIP_VALUE", clip_value]
     cfg = tq._setup_cfg(name, 0, "unused", ["MODEL.FPN.OUT_CHANNELS", 32,
-                                             "MODEL.FCOS.NUM_CONVS", 1])
+                                             "MODEL.FCOS.NUM_CONVS", 1, *clipping])
     model = tq.build_contender(name, cfg).train()
-    trainer = SimpleTrainer(model, itertools.repeat(_batch()),
-                            torch.optim.SGD(model.parameters(), lr=0.001))
+    sgd = maybe_add_gradient_clipping(cfg, torch.optim.SGD)  # SGD itself without clipping
+    trainer = SimpleTrainer(model, itertools.repeat(_batch()), sgd(model.parameters(), lr=0.001))
     watcher = diag.TrainingDiagnostics(model, every=2, window=2)
     trainer.register_hooks([watcher])
     trainer.train(0, 3)
@@ -71,6 +74,20 @@ def test_a_run_of_fcos_d2_records_every_diagnostic():
     assert record["positive_scores"][0]["n"] > 0
     assert set(record["bn"]) == {"stem", "res2", "res3", "res4", "res5"}
     assert record["bn"]["res2"]["running_var_mean"] > 0
+
+
+def test_gradient_norms_before_the_step_are_the_same_unclipped_and_larger_clipped():
+    plain = _train_with_diagnostics("fcos-d2 recipe")
+    assert plain["grad_norm_before_step"] == plain["grad_norm"]["total"]
+    clipped = _train_with_diagnostics("fcos-d2 recipe", clip_value=0.001)
+    after, before = clipped["grad_norm"]["total"]["max"], clipped["grad_norm_before_step"]["max"]
+    # each parameter's gradient is cut to norm 0.001: the total after is at most
+    # 0.001 * sqrt(parameters); the unclipped norms are far above it
+    bound = 0.001 * sum(1 for p in tq.build_contender("fcos-d2 recipe", tq._setup_cfg(
+        "fcos-d2 recipe", 0, "unused", ["MODEL.FPN.OUT_CHANNELS", 32,
+                                        "MODEL.FCOS.NUM_CONVS", 1])).parameters()) ** 0.5
+    assert all(a <= bound * 1.0001 for a in after)
+    assert all(b > 10 * a for a, b in zip(after, before))
 
 
 def test_the_hook_leaves_the_losses_unchanged():
@@ -106,7 +123,9 @@ def test_the_diagnostics_table_has_a_row_per_run_with_shares_and_medians():
         "regression": [{"iter": 9, "levels": [level, None]}],
         "bn": {"res2": {"running_var_mean": 1.234}},
     }
+    clipped = {**diagnostics, "grad_norm_before_step": {"mean": [5.0, 6.0], "max": [40.0, 9.5]}}
     results = [{"contender": "a", "seed": 1, "AP": 4.56, "diagnostics": diagnostics},
+               {"contender": "a", "seed": 2, "AP": 5.0, "diagnostics": clipped},
                {"contender": "a", "seed": 0, "AP": 1.0},  # no diagnostics: no row
                {"contender": "b", "seed": 0, "AP": 2.0, "diagnostics": {
                    **diagnostics, "losses": {"classification": [0.3], "bbox_regression": [0.2]},
@@ -114,8 +133,10 @@ def test_the_diagnostics_table_has_a_row_per_run_with_shares_and_medians():
     rows = diag.summarise_diagnostics(results, ["a", "b"]).splitlines()
     assert rows[2] == ("| a | 1 | 4.6 | 0.500 / 0.250 | 3.00 / 9.5 | 80/20 | 1.500 | 1.50/- | "
                        "res2 1.23 |")
-    assert rows[3] == "| b | 0 | 2.0 | 0.300 / 0.200 | 3.00 / 9.5 | n/a | n/a | n/a | res2 1.23 |"
-    assert len(rows) == 4
+    assert rows[3] == ("| a | 2 | 5.0 | 0.500 / 0.250 | 3.00 / 9.5 (40.0 before clipping) | "
+                       "80/20 | 1.500 | 1.50/- | res2 1.23 |")
+    assert rows[4] == "| b | 0 | 2.0 | 0.300 / 0.200 | 3.00 / 9.5 | n/a | n/a | n/a | res2 1.23 |"
+    assert len(rows) == 5
 
 
 def test_level_shapes_of_a_padded_image():

@@ -10,6 +10,9 @@ gradients and BN buffers after each step. It records, as one JSON-able dict:
 - ``grad_norm``: the L2 norm of all gradients, of the backbone's and of the rest (head,
   and for fcos-d2 the FPN lives in the backbone), mean and max per window (after the
   optimizer step, i.e. after any SOLVER.CLIP_GRADIENTS clipping);
+- ``grad_norm_before_step``: the total norm read by an optimizer step pre-hook, before
+  detectron2's clipping (which runs inside the step), mean and max per window; equal to
+  ``grad_norm``'s total when nothing clips (records made before 2026-12-03 lack it);
 - ``positives_per_level``: per window, the mean positives per iteration on each level;
 - ``regression`` and ``positive_scores``: every ``every`` iterations (and at the last),
   summaries (mean, std, quantiles 5/25/50/75/95 %) of the head's regression outputs per
@@ -104,6 +107,7 @@ class TrainingDiagnostics(HookBase):
         self.steps: List[Dict] = []  # per iteration: losses, gradient norms, positives
         self.samples: Dict[str, List] = {"regression": [], "positive_scores": []}
         self._outputs, self._labels = None, None
+        self._norm_before_step: Optional[float] = None
         head = getattr(model, "head", None)
         method = next((m for m in ("targets", "label_anchors") if hasattr(model, m)), None)
         self.watching = head is not None and method is not None and self.num_classes is not None
@@ -126,9 +130,21 @@ class TrainingDiagnostics(HookBase):
         if module.training:
             self._outputs = [[x.detach() for x in level_outputs] for level_outputs in outputs]
 
+    def before_train(self) -> None:
+        self.trainer.optimizer.register_step_pre_hook(self._read_norm_before_step)
+
+    def _read_norm_before_step(self, optimizer, args, kwargs) -> None:
+        # the first call of a step: detectron2's clipping class calls its base class's
+        # step, which runs the hooks again once torch has patched it (after clipping)
+        if self._norm_before_step is None:
+            self._norm_before_step = self._grad_norms()["grad_norm"]["total"]
+
     def after_step(self) -> None:
         step = {"losses": {k: float(v) for k, (v, _) in self.trainer.storage.latest().items()
                            if k not in NOT_LOSSES}, **self._grad_norms()}
+        if self._norm_before_step is not None:
+            step["grad_norm_before_step"] = self._norm_before_step
+            self._norm_before_step = None
         if self.watching and self._labels is not None and self._outputs is not None:
             logits, regression = self._outputs[0], self._outputs[1]
             sizes = [x.shape[-2] * x.shape[-1] for x in logits]
@@ -169,6 +185,9 @@ class TrainingDiagnostics(HookBase):
                                  "max": [round(max(s["grad_norm"][part] for s in w), 5)
                                          for w in windows]}
                           for part in ("total", "backbone", "head")},
+            "grad_norm_before_step": _mean_and_max(
+                [[s["grad_norm_before_step"] for s in w if "grad_norm_before_step" in s]
+                 for w in windows], mean),
             "positives_per_level": [[mean(list(level)) for level in
                                      zip(*[s["positives"] for s in w if "positives" in s])]
                                     for w in windows] if self.watching else None,
@@ -178,10 +197,19 @@ class TrainingDiagnostics(HookBase):
         }
 
 
+def _mean_and_max(windows: List[List[float]], mean: Callable) -> Optional[Dict[str, List]]:
+    """Mean and max per window of per-iteration values; None if no window has any."""
+    if not any(windows):
+        return None
+    return {"mean": [mean(w) for w in windows],
+            "max": [round(max(w), 5) if w else None for w in windows]}
+
+
 def summarise_diagnostics(results: List[Dict], names: List[str]) -> str:
     """A markdown table, one row per run with diagnostics (contenders in the order of
     `names`, then by seed): AP; the last window's classification and box losses; the
-    mean and largest total gradient norm; the share of positives per level over the run;
+    mean and largest total gradient norm (and the largest before clipping, where it was
+    recorded and is larger); the share of positives per level over the run;
     the median probability of the positives and the median regression output of each
     level at the last sample; the mean BN running_var per backbone stage at the end."""
     rows = ["| contender | seed | AP | cls / loc loss (end) | grad norm mean / max | "
@@ -201,10 +229,13 @@ def _diagnostic_cells(d: Dict) -> List[str]:
         values = next((d["losses"][k] for k in keys if d["losses"].get(k)), [float("nan")])
         return values[-1]
 
-    norms = d["grad_norm"]["total"]
+    norms, before = d["grad_norm"]["total"], d.get("grad_norm_before_step")
+    largest = max(norms["max"])
+    raw = max((m for m in before["max"] if m is not None), default=0.0) if before else 0.0
+    clipped = f" ({raw:.1f} before clipping)" if raw > 1.01 * largest else ""
     cells = [f"{last('loss_fcos_cls', 'classification'):.3f} / "
              f"{last('loss_fcos_loc', 'bbox_regression'):.3f}",
-             f"{sum(norms['mean']) / len(norms['mean']):.2f} / {max(norms['max']):.1f}"]
+             f"{sum(norms['mean']) / len(norms['mean']):.2f} / {largest:.1f}{clipped}"]
     if d.get("positives_per_level"):
         totals = [sum(level) for level in zip(*d["positives_per_level"])]
         share = [round(100 * t / max(sum(totals), 1e-9)) for t in totals]
