@@ -170,3 +170,41 @@ def test_the_positives_table_of_the_thin_regime_names_every_contender(monkeypatc
     # under the official ranges (up to 64) and beyond P3 under the recipe's (up to 32)
     assert rows[2].split(" | ")[2].startswith("100.0 / 0.0")
     assert rows[3].split(" | ")[2].startswith("0.0 / ")
+
+
+def test_weight_growth_is_one_as_initialised_and_squares_with_the_weights():
+    cfg = tq._setup_cfg("fcos-d2 recipe", 0, "unused", [])
+    torch.manual_seed(0)
+    backbone = tq.build_contender("fcos-d2 recipe", cfg).backbone
+    growth = diag.weight_growth(backbone.named_parameters())
+    assert set(growth) == {"stem", "res2", "res3", "res4", "res5"}
+    assert all(abs(g - 1) < 0.05 for g in growth.values()), growth  # 9408 draws in the stem
+    doubled = [(n, 2 * w if ".stem." in f".{n}." else w) for n, w in backbone.named_parameters()]
+    grown = diag.weight_growth(doubled)
+    assert grown["stem"] == pytest.approx(4 * growth["stem"], rel=1e-3)
+    assert grown["res3"] == growth["res3"]
+
+
+def test_rank_correlation_of_hand_made_values():
+    assert diag.rank_correlation([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert diag.rank_correlation([1, 2, 3], [5, 1, 0]) == pytest.approx(-1.0)
+    # ties take their mean rank: ranks (0.5, 0.5, 2) against (0, 1, 2)
+    assert diag.rank_correlation([1, 1, 2], [1, 2, 3]) == pytest.approx(0.75 ** 0.5)
+
+
+def test_weight_growth_table_reads_stored_runs(tmp_path):
+    stem = torch.ones(4, 1, 3, 3) / 6  # squared norm 1; expected 36 * 2 / 36 = 2: growth 0.5
+    for seed, scale in ((0, 1.0), (1, 2.0), (2, 3.0)):
+        torch.save({"model": {"backbone.bottom_up.stem.conv1.weight": scale * stem}},
+                   tmp_path / f"w{seed}.pth")
+    runs = [("a", seed, tmp_path / f"w{seed}.pth") for seed in range(3)]
+    bn = lambda v: {"bn": {"stem": {"running_var_mean": v}}}  # noqa: E731
+    results = [{"contender": "a", "seed": 0, "AP": 9.0, "diagnostics": bn(1.0)},
+               {"contender": "a", "seed": 1, "AP": 5.0, "diagnostics": bn(3.0)},
+               {"contender": "a", "seed": 2, "AP": 7.0, "diagnostics": bn(2.0)}]
+    lines = diag.weight_growth_table(runs, results).splitlines()
+    assert lines[2] == "| a | 0 | 9.0 | 1.00 | stem 0.50 |"
+    assert lines[3] == "| a | 1 | 5.0 | 3.00 | stem 2.00 |"
+    assert lines[-1] == ("Rank correlation over 3 runs: AP with the stem's growth -0.50; over "
+                         "the 3 with diagnostics, the stem's BN running_var with its growth "
+                         "+0.50")

@@ -44,6 +44,7 @@ Usage:
     python tools/train_quality.py --regime thin --positives  # positives per level
     python tools/train_quality.py --regime thin --reevaluate 500  # stored runs, 500 more
                                                                   # validation images
+    python tools/train_quality.py --regime thin --weight-growth  # stored runs' weight norms
 """
 import argparse
 import json
@@ -744,6 +745,10 @@ def _parser() -> argparse.ArgumentParser:
                              "validation images after the regime's first ones, write "
                              "OUTPUT/reevaluated.jsonl, print the table of both and exit "
                              "(train_quality_reevaluate.py)")
+    parser.add_argument("--weight-growth", action="store_true",
+                        help="print how far training grew the backbone's conv weight norms "
+                             "in every stored run (of --contenders), beside its AP and stem "
+                             "BN statistics, and exit (train_quality_diagnostics.py)")
     parser.add_argument("--init-seed", type=int, metavar="N",
                         help="initialise the weights from seed N in every run, while each "
                              "run's seed still draws the image order and augmentation: "
@@ -795,6 +800,10 @@ def main() -> None:
     if args.reevaluate:
         print(reevaluate_runs(args.regime, output, args.reevaluate,
                               None if args.contenders == ["all"] else args.contenders))
+        return
+    if args.weight_growth:
+        print(weight_growth_runs(output, None if args.contenders == ["all"]
+                                 else args.contenders))
         return
     chosen = default_contenders(names, args.regime) if args.contenders == ["all"] \
         else args.contenders
@@ -876,6 +885,16 @@ def reevaluate_runs(regime: str, output: Path, count: int,
                          results_file=output / "reevaluated.jsonl")
     return reevaluation_table(checked_results(output / "results.jsonl", regime), further,
                               count, val_count)
+
+
+def weight_growth_runs(output: Path, contenders: Optional[List[str]] = None) -> str:
+    """The weight growth per backbone stage of the runs stored under `output`
+    (``train_quality_diagnostics.weight_growth_table``)."""
+    from train_quality_diagnostics import weight_growth_table
+    from train_quality_reevaluate import stored_runs
+
+    results = [json.loads(line) for line in open(output / "results.jsonl")]
+    return weight_growth_table(stored_runs(output / "runs", contenders), results)
 
 
 def _prepare_datasets(regime: str = "shapes") -> None:

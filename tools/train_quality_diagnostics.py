@@ -19,10 +19,14 @@ gradients and BN buffers after each step. It records, as one JSON-able dict:
   level (fcos-d2: distances in strides after the activation; detectron2: its raw deltas)
   and of the class probability of the positives at their class;
 - ``bn``: at the end, per backbone stage (stem, res2-res5), the mean and std of the BN
-  layers' running_mean and running_var, and the smallest and largest running_var.
+  layers' running_mean and running_var, and the smallest and largest running_var;
+- ``weight_growth``: at the end, per stage, how far training grew the convolutions' weight
+  norms (``weight_growth``; records made before 2026-12-03 lack it, ``--weight-growth``
+  reads it from the stored weights).
 
 ``summarise_diagnostics`` tabulates the records, one row per run; ``positives_per_level``
-counts, without training, where the assigners put the positives of a dataset.
+counts, without training, where the assigners put the positives of a dataset;
+``weight_growth_table`` tabulates the weight growth of stored runs.
 
 The head and assignment are found for fcos-d2 (``targets``) and detectron2's FCOS
 (``label_anchors``); for another detector (torchvision's) the per-level records are None.
@@ -30,7 +34,8 @@ Symbols: N images, L levels, Hi x Wi level sizes, R = sum(Hi * Wi), K classes.
 """
 import math
 import re
-from typing import Callable, Dict, List, Optional
+from pathlib import Path
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
@@ -70,6 +75,82 @@ def positive_probabilities(logits: List[Tensor], labels: Tensor, num_classes: in
     return flat[images, points, labels[images, points]].float().sigmoid()
 
 
+def _stage(name: str) -> Optional[str]:
+    """The first part of a parameter or module name that is stem or resN, if any."""
+    return next((p for p in name.split(".") if re.fullmatch(r"stem|res\d", p)), None)
+
+
+def weight_growth(weights: Iterable[Tuple[str, Tensor]]) -> Dict[str, float]:
+    """Per ResNet stage (stem, res2-res5), the mean over its convolutions of the squared
+    weight norm divided by its expectation at initialisation: detectron2's c2_msra_fill
+    draws each weight with variance 2 / fan_out, so numel * 2 / fan_out. 1 where training
+    left the norm as drawn. Each of these convs feeds a BN, which undoes any scale of its
+    weights: SGD's steps, orthogonal to the weights, then only grow the norm, and the
+    layer's effective learning rate (lr / norm^2) shrinks as it grows."""
+    ratios: Dict[str, List[float]] = {}
+    for name, weight in weights:
+        stage = _stage(name)
+        if stage is None or weight.dim() != 4 or not name.endswith("weight"):
+            continue
+        fan_out = weight.shape[0] * weight.shape[2] * weight.shape[3]
+        squared = float(weight.detach().float().pow(2).sum())
+        ratios.setdefault(stage, []).append(squared * fan_out / (2 * weight.numel()))
+    return {stage: round(sum(v) / len(v), 4) for stage, v in sorted(ratios.items())}
+
+
+def rank_correlation(a: List[float], b: List[float]) -> float:
+    """Spearman's rank correlation of `a` and `b` (ties get their mean rank)."""
+    def ranks(values):
+        order = sorted(range(len(values)), key=values.__getitem__)
+        result = [0.0] * len(values)
+        i = 0
+        while i < len(order):
+            j = i
+            while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+                j += 1
+            for k in order[i:j + 1]:
+                result[k] = (i + j) / 2
+            i = j + 1
+        return result
+
+    ra, rb = ranks(a), ranks(b)
+    ma, mb = sum(ra) / len(ra), sum(rb) / len(rb)
+    covariance = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    spread = (sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb)) ** 0.5
+    return covariance / spread if spread else float("nan")
+
+
+def weight_growth_table(runs: List[Tuple[str, int, Path]], results: List[Dict]) -> str:
+    """A markdown table, one row per stored run (contender, seed, weights file) with a
+    record in `results`: AP, the stem's BN running_var mean at the end (where recorded) and
+    the weight growth per stage; then the rank correlations over the rows."""
+    rows = ["| contender | seed | AP | stem BN running_var | weight growth per stage |",
+            "|---|---|---|---|---|"]
+    ap, var, stem = [], [], []
+    for name, seed, path in runs:
+        record = next((r for r in results if r["contender"] == name and r["seed"] == seed
+                       and "AP" in r), None)
+        if record is None:
+            continue
+        state = torch.load(path, map_location="cpu", weights_only=False)
+        growth = weight_growth(state.get("model", state).items())
+        bn = ((record.get("diagnostics") or {}).get("bn") or {}).get("stem")
+        rows.append(f"| {name} | {seed} | {record['AP']:.1f} | "
+                    f"{'-' if bn is None else format(bn['running_var_mean'], '.2f')} | "
+                    + " ".join(f"{k} {v:.2f}" for k, v in growth.items()) + " |")
+        if "stem" in growth:
+            ap.append(record["AP"])
+            stem.append(growth["stem"])
+            var.append(None if bn is None else bn["running_var_mean"])
+    pairs = [(v, g) for v, g in zip(var, stem) if v is not None]
+    rows.append(f"\nRank correlation over {len(stem)} runs: AP with the stem's growth "
+                f"{rank_correlation(ap, stem):+.2f}" + (
+                    f"; over the {len(pairs)} with diagnostics, the stem's BN running_var "
+                    f"with its growth {rank_correlation(*map(list, zip(*pairs))):+.2f}"
+                    if len(pairs) > 1 else ""))
+    return "\n".join(rows)
+
+
 def bn_statistics(backbone: nn.Module) -> Dict[str, Dict[str, float]]:
     """Per stage (the first name part matching stem or resN), the BN layers' running
     statistics: mean/std of running_mean and of running_var, min/max of running_var."""
@@ -77,7 +158,7 @@ def bn_statistics(backbone: nn.Module) -> Dict[str, Dict[str, float]]:
     for name, module in backbone.named_modules():
         if not isinstance(module, nn.modules.batchnorm._BatchNorm) or module.running_var is None:
             continue
-        stage = next((p for p in name.split(".") if re.fullmatch(r"stem|res\d", p)), "other")
+        stage = _stage(name) or "other"
         buffers = stages.setdefault(stage, {"mean": [], "var": []})
         buffers["mean"].append(module.running_mean.detach().flatten())
         buffers["var"].append(module.running_var.detach().flatten())
@@ -194,6 +275,8 @@ class TrainingDiagnostics(HookBase):
             "regression": self.samples["regression"] if self.watching else None,
             "positive_scores": self.samples["positive_scores"] if self.watching else None,
             "bn": bn_statistics(backbone) if backbone is not None else None,
+            "weight_growth": weight_growth(backbone.named_parameters())
+            if backbone is not None else None,
         }
 
 
