@@ -101,6 +101,16 @@ def test_detectron2_adapter_builds_when_detectron2_has_fcos():
     assert set(losses) == {"loss_fcos_cls", "loss_fcos_loc", "loss_fcos_ctr"}
 
 
+def test_detectron2_contender_keeps_its_own_prior_whatever_the_recipe_has():
+    if importlib.util.find_spec("detectron2.modeling.meta_arch.fcos") is None:
+        pytest.skip("the installed detectron2 has no detectron2.modeling.meta_arch.fcos "
+                    "(v0.6 and main have it)")
+    for prior in ("0.1", "0.3"):
+        cfg = _cfg("detectron2", "MODEL.FCOS.PRIOR_PROB", prior)
+        bias = tq.build_contender("detectron2", cfg).head.cls_score.bias
+        assert torch.allclose(bias, torch.full_like(bias, -math.log(99.0)))
+
+
 def test_detectron2_adapter_trains_on_an_image_without_boxes_as_main_does():
     if importlib.util.find_spec("detectron2.modeling.meta_arch.fcos") is None:
         pytest.skip("the installed detectron2 has no detectron2.modeling.meta_arch.fcos "

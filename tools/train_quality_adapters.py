@@ -110,15 +110,15 @@ def _fcos_class() -> type:
 def build_detectron2_fcos(cfg, backbone: nn.Module) -> nn.Module:
     """detectron2's built-in FCOS (in v0.6 and main) with its defaults (EMA loss
     normaliser, no per-level scale, score threshold 0.2 on sqrt(probability *
-    centerness)) and the head width, depth and norm of ``MODEL.FCOS``."""
+    centerness), classification prior 0.01) and the head width, depth and norm of
+    ``MODEL.FCOS``."""
     from detectron2.modeling.meta_arch.fcos import FCOSHead
 
     fcos = cfg.MODEL.FCOS
     shapes = [backbone.output_shape()[f] for f in fcos.IN_FEATURES]
     head = FCOSHead(input_shape=shapes, conv_dims=[shapes[0].channels] * fcos.NUM_CONVS,
                     num_classes=fcos.NUM_CLASSES,
-                    norm=_group_norm if fcos.NORM == "GN" else fcos.NORM,
-                    prior_prob=fcos.PRIOR_PROB)
+                    norm=_group_norm if fcos.NORM == "GN" else fcos.NORM)
     return _fcos_class()(backbone=backbone, head=head, head_in_features=fcos.IN_FEATURES,
                 num_classes=fcos.NUM_CLASSES, center_sampling_radius=fcos.CENTER_SAMPLING_RADIUS,
                 pixel_mean=cfg.MODEL.PIXEL_MEAN, pixel_std=cfg.MODEL.PIXEL_STD,
