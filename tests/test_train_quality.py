@@ -28,6 +28,12 @@ def _cfg(name, *opts):
     return cfg
 
 
+def _skip_without_detectron2_fcos():
+    if importlib.util.find_spec("detectron2.modeling.meta_arch.fcos") is None:
+        pytest.skip("the installed detectron2 has no detectron2.modeling.meta_arch.fcos "
+                    "(v0.6 and main have it)")
+
+
 def _batch():
     torch.manual_seed(0)
     instances = Instances((128, 128))
@@ -88,9 +94,7 @@ def test_torchvision_adapter_trains_and_returns_detectron2_instances():
 
 
 def test_detectron2_adapter_builds_when_detectron2_has_fcos():
-    if importlib.util.find_spec("detectron2.modeling.meta_arch.fcos") is None:
-        pytest.skip("the installed detectron2 has no detectron2.modeling.meta_arch.fcos "
-                    "(v0.6 and main have it)")
+    _skip_without_detectron2_fcos()
     cfg = _cfg("detectron2")
     model = tq.build_contender("detectron2", cfg)
     model.train()
@@ -102,9 +106,7 @@ def test_detectron2_adapter_builds_when_detectron2_has_fcos():
 
 
 def test_detectron2_contender_keeps_its_own_prior_whatever_the_recipe_has():
-    if importlib.util.find_spec("detectron2.modeling.meta_arch.fcos") is None:
-        pytest.skip("the installed detectron2 has no detectron2.modeling.meta_arch.fcos "
-                    "(v0.6 and main have it)")
+    _skip_without_detectron2_fcos()
     for prior in ("0.1", "0.3"):
         cfg = _cfg("detectron2", "MODEL.FCOS.PRIOR_PROB", prior)
         bias = tq.build_contender("detectron2", cfg).head.cls_score.bias
@@ -112,9 +114,7 @@ def test_detectron2_contender_keeps_its_own_prior_whatever_the_recipe_has():
 
 
 def test_detectron2_adapter_trains_on_an_image_without_boxes_as_main_does():
-    if importlib.util.find_spec("detectron2.modeling.meta_arch.fcos") is None:
-        pytest.skip("the installed detectron2 has no detectron2.modeling.meta_arch.fcos "
-                    "(v0.6 and main have it)")
+    _skip_without_detectron2_fcos()
     from detectron2.utils.events import EventStorage
 
     model = tq.build_contender("detectron2", _cfg("detectron2")).train()
