@@ -174,6 +174,9 @@ RECIPE_VARIANTS: Dict[str, List[str]] = OrderedDict([
     # spread 1.3): the recipe as shipped with quality focal
     ("warmup-200+quality-focal", ["SOLVER.WARMUP_ITERS", "200",
                                   "MODEL.FCOS.CLS_LOSS", "quality_focal"]),
+    # the EMA normaliser's momentum 0.99 (the recipe's is detectron2's 0.9): +2.1 AP on the
+    # official formulation with the EMA normaliser, better on every seed
+    ("ema-momentum-0.99", ["MODEL.FCOS.LOSS_NORMALIZER_EMA_MOMENTUM", "0.99"]),
 ])
 # A schedule candidate changes every contender's training, not fcos-d2's alone: the same
 # change on detectron2's FCOS, contender "detectron2+NAME", tells whether it is the
