@@ -112,6 +112,11 @@ OFFICIAL = [
 # detectron2's gradient clipping (per parameter: L2 norm <= CLIP_VALUE 1.0)
 CLIP_GRADIENTS = ["SOLVER.CLIP_GRADIENTS.ENABLED", "True",
                   "SOLVER.CLIP_GRADIENTS.CLIP_TYPE", "norm"]
+# overrides shared by variants of OFFICIAL and of the recipe
+WARMUP_200 = ["SOLVER.WARMUP_ITERS", "200"]  # a third of REGIME's schedule (its own: 50)
+ATSS = ["MODEL.FCOS.ASSIGNER", "atss"]
+QUALITY_FOCAL = ["MODEL.FCOS.CLS_LOSS", "quality_focal"]
+EMA_MOMENTUM_099 = ["MODEL.FCOS.LOSS_NORMALIZER_EMA_MOMENTUM", "0.99"]
 # fcos-d2 variants: name -> config overrides applied on top of OFFICIAL.
 VARIANTS: Dict[str, List[str]] = OrderedDict([
     ("official", []),
@@ -132,31 +137,29 @@ VARIANTS: Dict[str, List[str]] = OrderedDict([
     # issue 20's ablations of the variance: the EMA normaliser's momentum (detectron2: 0.9),
     # the classification prior (official 0.01), a longer warm-up (REGIME: 50), and
     # detectron2's gradient clipping
-    ("ema-momentum-0.99", ["MODEL.FCOS.LOSS_NORMALIZER", "ema",
-                           "MODEL.FCOS.LOSS_NORMALIZER_EMA_MOMENTUM", "0.99"]),
+    ("ema-momentum-0.99", ["MODEL.FCOS.LOSS_NORMALIZER", "ema", *EMA_MOMENTUM_099]),
     ("prior-0.1", ["MODEL.FCOS.PRIOR_PROB", "0.1"]),
-    ("warmup-200", ["SOLVER.WARMUP_ITERS", "200"]),
+    ("warmup-200", WARMUP_200),
     ("clip-gradients", CLIP_GRADIENTS),
     # FCOS-family training improvements (MODEL.FCOS.ASSIGNER, MODEL.FCOS.CLS_LOSS)
-    ("atss", ["MODEL.FCOS.ASSIGNER", "atss"]),
-    ("quality-focal", ["MODEL.FCOS.CLS_LOSS", "quality_focal"]),
+    ("atss", ATSS),
+    ("quality-focal", QUALITY_FOCAL),
 ])
 RECIPE = "fcos-d2 recipe"  # the config file under REGIME's schedule
 # Candidates for a recipe that keeps the mean and loses the spread (issue 20): name ->
 # overrides on top of the recipe config (not of OFFICIAL); contender "fcos-d2 recipe+NAME".
 RECIPE_VARIANTS: Dict[str, List[str]] = OrderedDict([
-    ("atss", ["MODEL.FCOS.ASSIGNER", "atss"]),
-    ("quality-focal", ["MODEL.FCOS.CLS_LOSS", "quality_focal"]),
-    ("atss+quality-focal", ["MODEL.FCOS.ASSIGNER", "atss", "MODEL.FCOS.CLS_LOSS",
-                            "quality_focal"]),
+    ("atss", ATSS),
+    ("quality-focal", QUALITY_FOCAL),
+    ("atss+quality-focal", [*ATSS, *QUALITY_FOCAL]),
     # ATSS's 8-stride anchors put 10-100 px objects on P3 as the official ranges do; 4
     # strides spread them as the recipe's halved ranges
-    ("atss-anchors-4", ["MODEL.FCOS.ASSIGNER", "atss", "MODEL.FCOS.ATSS_ANCHOR_SCALE", "4.0"]),
+    ("atss-anchors-4", [*ATSS, "MODEL.FCOS.ATSS_ANCHOR_SCALE", "4.0"]),
     ("clip-gradients", CLIP_GRADIENTS),
-    ("warmup-200", ["SOLVER.WARMUP_ITERS", "200"]),
+    ("warmup-200", WARMUP_200),
     # the config's warm-up (a third of the schedule) with clipping: clipping alone took the
     # official formulation from 7.4 to 11.5 AP, better on every seed
-    ("warmup-200+clip-gradients", ["SOLVER.WARMUP_ITERS", "200", *CLIP_GRADIENTS]),
+    ("warmup-200+clip-gradients", [*WARMUP_200, *CLIP_GRADIENTS]),
     # twice as long (the config's own 1200 iterations, lr x0.1 at 1000): do the seeds'
     # differences shrink as training gets further?
     ("1200-iterations", ["SOLVER.MAX_ITER", "1200", "SOLVER.STEPS", "(1000,)"]),
@@ -172,11 +175,10 @@ RECIPE_VARIANTS: Dict[str, List[str]] = OrderedDict([
     ("prior-0.01", ["MODEL.FCOS.PRIOR_PROB", "0.01"]),
     # quality focal (+1.7 AP on the recipe, spread 2.4) with the config's warm-up (+1.6,
     # spread 1.3): the recipe as shipped with quality focal
-    ("warmup-200+quality-focal", ["SOLVER.WARMUP_ITERS", "200",
-                                  "MODEL.FCOS.CLS_LOSS", "quality_focal"]),
+    ("warmup-200+quality-focal", [*WARMUP_200, *QUALITY_FOCAL]),
     # the EMA normaliser's momentum 0.99 (the recipe's is detectron2's 0.9): +2.1 AP on the
     # official formulation with the EMA normaliser, better on every seed
-    ("ema-momentum-0.99", ["MODEL.FCOS.LOSS_NORMALIZER_EMA_MOMENTUM", "0.99"]),
+    ("ema-momentum-0.99", EMA_MOMENTUM_099),
 ])
 # A schedule candidate changes every contender's training, not fcos-d2's alone: the same
 # change on detectron2's FCOS, contender "detectron2+NAME", tells whether it is the
