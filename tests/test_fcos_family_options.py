@@ -132,7 +132,9 @@ def _tiny_cfg(**fcos):
 
 
 def test_defaults_are_the_official_fcos():
-    fcos = _tiny_cfg().MODEL.FCOS
+    cfg = get_cfg()
+    add_fcos_config(cfg)
+    fcos = cfg.MODEL.FCOS
     assert (fcos.ASSIGNER, fcos.ATSS_TOPK, fcos.ATSS_ANCHOR_SCALE, fcos.CLS_LOSS) == \
         ("fcos", 9, 8.0, "focal")
 

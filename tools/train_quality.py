@@ -108,6 +108,9 @@ OFFICIAL = [
     "MODEL.FCOS.INFERENCE_TH_ON", "probability",
     "MODEL.FCOS.INFERENCE_TH_TEST", "0.05",
     "MODEL.FCOS.PRIOR_PROB", "0.01",  # the recipe's is 0.1 since 2026-12-03
+    # the recipe's are quality focal and 0.99 since 2026-12-03 (evening)
+    "MODEL.FCOS.CLS_LOSS", "focal",
+    "MODEL.FCOS.LOSS_NORMALIZER_EMA_MOMENTUM", "0.9",  # detectron2's; with "ema" only
 ]
 # detectron2's gradient clipping (per parameter: L2 norm <= CLIP_VALUE 1.0)
 CLIP_GRADIENTS = ["SOLVER.CLIP_GRADIENTS.ENABLED", "True",
@@ -117,6 +120,9 @@ WARMUP_200 = ["SOLVER.WARMUP_ITERS", "200"]  # a third of REGIME's schedule (its
 ATSS = ["MODEL.FCOS.ASSIGNER", "atss"]
 QUALITY_FOCAL = ["MODEL.FCOS.CLS_LOSS", "quality_focal"]
 EMA_MOMENTUM_099 = ["MODEL.FCOS.LOSS_NORMALIZER_EMA_MOMENTUM", "0.99"]
+# the recipe's two choices of 2026-12-03 (evening) undone
+FOCAL = ["MODEL.FCOS.CLS_LOSS", "focal"]
+EMA_MOMENTUM_09 = ["MODEL.FCOS.LOSS_NORMALIZER_EMA_MOMENTUM", "0.9"]
 # fcos-d2 variants: name -> config overrides applied on top of OFFICIAL.
 VARIANTS: Dict[str, List[str]] = OrderedDict([
     ("official", []),
@@ -148,10 +154,10 @@ VARIANTS: Dict[str, List[str]] = OrderedDict([
 RECIPE = "fcos-d2 recipe"  # the config file under REGIME's schedule
 # Candidates for a recipe that keeps the mean and loses the spread (issue 20): name ->
 # overrides on top of the recipe config (not of OFFICIAL); contender "fcos-d2 recipe+NAME".
+# Rows measured on an earlier recipe carry a mark in the README: "(prior 0.01)", "(focal)",
+# "(EMA 0.9)"; append FOCAL, EMA_MOMENTUM_09 or MODEL.FCOS.PRIOR_PROB 0.01 to reproduce them.
 RECIPE_VARIANTS: Dict[str, List[str]] = OrderedDict([
-    ("atss", ATSS),
-    ("quality-focal", QUALITY_FOCAL),
-    ("atss+quality-focal", [*ATSS, *QUALITY_FOCAL]),
+    ("atss", ATSS),  # with the recipe's quality focal since 2026-12-03 (evening)
     # ATSS's 8-stride anchors put 10-100 px objects on P3 as the official ranges do; 4
     # strides spread them as the recipe's halved ranges
     ("atss-anchors-4", [*ATSS, "MODEL.FCOS.ATSS_ANCHOR_SCALE", "4.0"]),
@@ -169,19 +175,14 @@ RECIPE_VARIANTS: Dict[str, List[str]] = OrderedDict([
     ("adamw", ["SOLVER.OPTIMIZER", "ADAMW", "SOLVER.BASE_LR", "0.001",
                "SOLVER.WEIGHT_DECAY", "0.05", "SOLVER.WEIGHT_DECAY_NORM", "0.0",
                "SOLVER.WEIGHT_DECAY_BIAS", "0.0"]),
-    # the official classification prior 0.01 on the recipe, which has 0.1 since 2026-12-03:
-    # the recipe as measured before then. Rows of other recipe variants and of LabelEnc
-    # measured before then were on it too: add MODEL.FCOS.PRIOR_PROB 0.01 to reproduce them
+    # the official classification prior 0.01 (the recipe's is 0.1 since 2026-12-03)
     ("prior-0.01", ["MODEL.FCOS.PRIOR_PROB", "0.01"]),
-    # quality focal (+1.7 AP on the recipe, spread 2.4) with the config's warm-up (+1.6,
-    # spread 1.3): the recipe as shipped with quality focal
-    ("warmup-200+quality-focal", [*WARMUP_200, *QUALITY_FOCAL]),
-    # the EMA normaliser's momentum 0.99 (the recipe's is detectron2's 0.9): +2.1 AP on the
-    # official formulation with the EMA normaliser, better on every seed
-    ("ema-momentum-0.99", EMA_MOMENTUM_099),
-    # quality focal's mean with the slower normaliser's calm start (largest gradient norm 5
-    # against the recipe's 7-9 on seeds 0 and 1)
-    ("quality-focal+ema-momentum-0.99", [*QUALITY_FOCAL, *EMA_MOMENTUM_099]),
+    # each of the recipe's choices of 2026-12-03 (evening) undone, and both: the recipe of
+    # the day before ("focal+ema-momentum-0.9", the README's "(focal, EMA 0.9)" rows)
+    ("focal", FOCAL),
+    ("ema-momentum-0.9", EMA_MOMENTUM_09),
+    ("focal+ema-momentum-0.9", [*FOCAL, *EMA_MOMENTUM_09]),
+    ("warmup-200+ema-momentum-0.9", [*WARMUP_200, *EMA_MOMENTUM_09]),
 ])
 # A schedule candidate changes every contender's training, not fcos-d2's alone: the same
 # change on detectron2's FCOS, contender "detectron2+NAME", tells whether it is the
