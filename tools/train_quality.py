@@ -154,8 +154,9 @@ VARIANTS: Dict[str, List[str]] = OrderedDict([
 RECIPE = "fcos-d2 recipe"  # the config file under REGIME's schedule
 # Candidates for a recipe that keeps the mean and loses the spread (issue 20): name ->
 # overrides on top of the recipe config (not of OFFICIAL); contender "fcos-d2 recipe+NAME".
-# Rows measured on an earlier recipe carry a mark in the README: "(prior 0.01)", "(focal)",
-# "(EMA 0.9)"; append FOCAL, EMA_MOMENTUM_09 or MODEL.FCOS.PRIOR_PROB 0.01 to reproduce them.
+# Rows measured on an earlier recipe carry a mark in the README naming what it had then
+# ("prior 0.01", "focal", "EMA 0.9"): append MODEL.FCOS.PRIOR_PROB 0.01, FOCAL or
+# EMA_MOMENTUM_09 to the contender's overrides to reproduce them.
 RECIPE_VARIANTS: Dict[str, List[str]] = OrderedDict([
     ("atss", ATSS),  # with the recipe's quality focal since 2026-12-03 (evening)
     # ATSS's 8-stride anchors put 10-100 px objects on P3 as the official ranges do; 4
@@ -178,7 +179,7 @@ RECIPE_VARIANTS: Dict[str, List[str]] = OrderedDict([
     # the official classification prior 0.01 (the recipe's is 0.1 since 2026-12-03)
     ("prior-0.01", ["MODEL.FCOS.PRIOR_PROB", "0.01"]),
     # each of the recipe's choices of 2026-12-03 (evening) undone, and both: the recipe of
-    # the day before ("focal+ema-momentum-0.9", the README's "(focal, EMA 0.9)" rows)
+    # that afternoon ("focal+ema-momentum-0.9"; the README's "(focal, EMA 0.9)" rows)
     ("focal", FOCAL),
     ("ema-momentum-0.9", EMA_MOMENTUM_09),
     ("focal+ema-momentum-0.9", [*FOCAL, *EMA_MOMENTUM_09]),
