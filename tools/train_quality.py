@@ -96,6 +96,12 @@ REGIMES: Dict[str, Regime] = {
                     "INPUT.MAX_SIZE_TEST", 352), (0, 1, 2, 3, 4), "train_quality_thin"),
 }
 
+# The official choices where the recipe differs by its own switches (the recipe's are prior
+# 0.1 since 2026-12-03, quality focal and momentum 0.99 since that evening); the recipe
+# variants that undo them use them too
+PRIOR_001 = ["MODEL.FCOS.PRIOR_PROB", "0.01"]
+FOCAL = ["MODEL.FCOS.CLS_LOSS", "focal"]
+EMA_MOMENTUM_09 = ["MODEL.FCOS.LOSS_NORMALIZER_EMA_MOMENTUM", "0.9"]  # detectron2's
 # The official FCOS choices, stated explicitly so that the ablations below switch one at a
 # time whatever the recipe config sets.
 OFFICIAL = [
@@ -107,10 +113,8 @@ OFFICIAL = [
     "MODEL.FCOS.IOU_LOSS_SMOOTH", "1.0",
     "MODEL.FCOS.INFERENCE_TH_ON", "probability",
     "MODEL.FCOS.INFERENCE_TH_TEST", "0.05",
-    "MODEL.FCOS.PRIOR_PROB", "0.01",  # the recipe's is 0.1 since 2026-12-03
-    # the recipe's are quality focal and 0.99 since 2026-12-03 (evening)
-    "MODEL.FCOS.CLS_LOSS", "focal",
-    "MODEL.FCOS.LOSS_NORMALIZER_EMA_MOMENTUM", "0.9",  # detectron2's; with "ema" only
+    *PRIOR_001, *FOCAL,
+    *EMA_MOMENTUM_09,  # with LOSS_NORMALIZER "ema" only
 ]
 # detectron2's gradient clipping (per parameter: L2 norm <= CLIP_VALUE 1.0)
 CLIP_GRADIENTS = ["SOLVER.CLIP_GRADIENTS.ENABLED", "True",
@@ -120,9 +124,6 @@ WARMUP_200 = ["SOLVER.WARMUP_ITERS", "200"]  # a third of REGIME's schedule (its
 ATSS = ["MODEL.FCOS.ASSIGNER", "atss"]
 QUALITY_FOCAL = ["MODEL.FCOS.CLS_LOSS", "quality_focal"]
 EMA_MOMENTUM_099 = ["MODEL.FCOS.LOSS_NORMALIZER_EMA_MOMENTUM", "0.99"]
-# the recipe's two choices of 2026-12-03 (evening) undone
-FOCAL = ["MODEL.FCOS.CLS_LOSS", "focal"]
-EMA_MOMENTUM_09 = ["MODEL.FCOS.LOSS_NORMALIZER_EMA_MOMENTUM", "0.9"]
 # fcos-d2 variants: name -> config overrides applied on top of OFFICIAL.
 VARIANTS: Dict[str, List[str]] = OrderedDict([
     ("official", []),
@@ -155,7 +156,7 @@ RECIPE = "fcos-d2 recipe"  # the config file under REGIME's schedule
 # Candidates for a recipe that keeps the mean and loses the spread (issue 20): name ->
 # overrides on top of the recipe config (not of OFFICIAL); contender "fcos-d2 recipe+NAME".
 # Rows measured on an earlier recipe carry a mark in the README naming what it had then
-# ("prior 0.01", "focal", "EMA 0.9"): append MODEL.FCOS.PRIOR_PROB 0.01, FOCAL or
+# ("prior 0.01", "focal", "EMA 0.9"): append PRIOR_001, FOCAL or
 # EMA_MOMENTUM_09 to the contender's overrides to reproduce them.
 RECIPE_VARIANTS: Dict[str, List[str]] = OrderedDict([
     ("atss", ATSS),  # with the recipe's quality focal since 2026-12-03 (evening)
@@ -177,7 +178,7 @@ RECIPE_VARIANTS: Dict[str, List[str]] = OrderedDict([
                "SOLVER.WEIGHT_DECAY", "0.05", "SOLVER.WEIGHT_DECAY_NORM", "0.0",
                "SOLVER.WEIGHT_DECAY_BIAS", "0.0"]),
     # the official classification prior 0.01 (the recipe's is 0.1 since 2026-12-03)
-    ("prior-0.01", ["MODEL.FCOS.PRIOR_PROB", "0.01"]),
+    ("prior-0.01", PRIOR_001),
     # each of the recipe's choices of 2026-12-03 (evening) undone, and both: the recipe of
     # that afternoon ("focal+ema-momentum-0.9"; the README's "(focal, EMA 0.9)" rows)
     ("focal", FOCAL),
