@@ -185,10 +185,11 @@ RECIPE_VARIANTS: Dict[str, List[str]] = OrderedDict([
     ("ema-momentum-0.9", EMA_MOMENTUM_09),
     ("focal+ema-momentum-0.9", [*FOCAL, *EMA_MOMENTUM_09]),
     ("warmup-200+ema-momentum-0.9", [*WARMUP_200, *EMA_MOMENTUM_09]),
-    # more positives per object (2026-12-03, late): the official radius 1.5 strides takes at
-    # most 3x3 locations of a box, 2.5 up to 5x5; a short schedule from scratch learns from
-    # more examples per image
+    # the centre region of the positives (2026-12-03, late): the official radius 1.5
+    # strides takes at most 3x3 locations of a box, 2.5 up to 5x5 (more examples per image),
+    # 1.0 at most 2x2 (only the most central ones)
     ("center-sampling-2.5", ["MODEL.FCOS.CENTER_SAMPLING_RADIUS", "2.5"]),
+    ("center-sampling-1.0", ["MODEL.FCOS.CENTER_SAMPLING_RADIUS", "1.0"]),
 ])
 # A schedule candidate changes every contender's training, not fcos-d2's alone: the same
 # change on detectron2's FCOS, contender "detectron2+NAME", tells whether it is the
