@@ -113,6 +113,13 @@ def test_detectron2_contender_keeps_its_own_prior_whatever_the_recipe_has():
         assert torch.allclose(bias, torch.full_like(bias, -math.log(99.0)))
 
 
+@pytest.mark.parametrize("name", ["detectron2", "torchvision", "detectron2+adamw"])
+def test_other_projects_fcos_keep_their_own_centre_radius_whatever_the_recipe_has(name):
+    assert _cfg(tq.RECIPE).MODEL.FCOS.CENTER_SAMPLING_RADIUS != 1.5  # the recipe's 1.0
+    assert _cfg(name).MODEL.FCOS.CENTER_SAMPLING_RADIUS == 1.5  # their default and ours
+    assert _cfg("fcos-d2 official").MODEL.FCOS.CENTER_SAMPLING_RADIUS == 1.5
+
+
 def test_detectron2_adapter_trains_on_an_image_without_boxes_as_main_does():
     _skip_without_detectron2_fcos()
     from detectron2.utils.events import EventStorage

@@ -102,6 +102,9 @@ REGIMES: Dict[str, Regime] = {
 PRIOR_001 = ["MODEL.FCOS.PRIOR_PROB", "0.01"]
 FOCAL = ["MODEL.FCOS.CLS_LOSS", "focal"]
 EMA_MOMENTUM_09 = ["MODEL.FCOS.LOSS_NORMALIZER_EMA_MOMENTUM", "0.9"]  # detectron2's
+# the centre radius of the official FCOS, detectron2's and torchvision's (the recipe's is
+# 1.0 since 2026-12-03 late); both adapters read MODEL.FCOS.CENTER_SAMPLING_RADIUS
+RADIUS_15 = ["MODEL.FCOS.CENTER_SAMPLING_RADIUS", "1.5"]
 # The official FCOS choices, stated explicitly so that the ablations below switch one at a
 # time whatever the recipe config sets.
 OFFICIAL = [
@@ -113,7 +116,7 @@ OFFICIAL = [
     "MODEL.FCOS.IOU_LOSS_SMOOTH", "1.0",
     "MODEL.FCOS.INFERENCE_TH_ON", "probability",
     "MODEL.FCOS.INFERENCE_TH_TEST", "0.05",
-    *PRIOR_001, *FOCAL,
+    *PRIOR_001, *FOCAL, *RADIUS_15,
     *EMA_MOMENTUM_09,  # with LOSS_NORMALIZER "ema" only
 ]
 # detectron2's gradient clipping (per parameter: L2 norm <= CLIP_VALUE 1.0)
@@ -156,8 +159,8 @@ RECIPE = "fcos-d2 recipe"  # the config file under REGIME's schedule
 # Candidates for a recipe that keeps the mean and loses the spread (issue 20): name ->
 # overrides on top of the recipe config (not of OFFICIAL); contender "fcos-d2 recipe+NAME".
 # Rows measured on an earlier recipe carry a mark in the README naming what it had then
-# ("prior 0.01", "focal", "EMA 0.9"): append PRIOR_001, FOCAL or
-# EMA_MOMENTUM_09 to the contender's overrides to reproduce them.
+# ("prior 0.01", "focal", "EMA 0.9", "radius 1.5"): append PRIOR_001, FOCAL,
+# EMA_MOMENTUM_09 or RADIUS_15 to the contender's overrides to reproduce them.
 RECIPE_VARIANTS: Dict[str, List[str]] = OrderedDict([
     ("atss", ATSS),  # with the recipe's quality focal since 2026-12-03 (evening)
     # ATSS's 8-stride anchors put 10-100 px objects on P3 as the official ranges do; 4
@@ -185,11 +188,11 @@ RECIPE_VARIANTS: Dict[str, List[str]] = OrderedDict([
     ("ema-momentum-0.9", EMA_MOMENTUM_09),
     ("focal+ema-momentum-0.9", [*FOCAL, *EMA_MOMENTUM_09]),
     ("warmup-200+ema-momentum-0.9", [*WARMUP_200, *EMA_MOMENTUM_09]),
-    # the centre region of the positives (2026-12-03, late): the official radius 1.5
-    # strides takes at most 3x3 locations of a box, 2.5 up to 5x5 (more examples per image),
-    # 1.0 at most 2x2 (only the most central ones)
+    # the centre region of the positives (2026-12-03, late; the recipe's radius is 1.0
+    # strides since then, at most 2x2 locations of a box): the official 1.5 takes up to 3x3,
+    # 2.5 up to 5x5 (more examples per image)
+    ("center-sampling-1.5", RADIUS_15),
     ("center-sampling-2.5", ["MODEL.FCOS.CENTER_SAMPLING_RADIUS", "2.5"]),
-    ("center-sampling-1.0", ["MODEL.FCOS.CENTER_SAMPLING_RADIUS", "1.0"]),
     # the EMA normaliser slower still: 0.9 -> 0.99 gave +0.8 (focal) and +2.1 (official)
     ("ema-momentum-0.995", ["MODEL.FCOS.LOSS_NORMALIZER_EMA_MOMENTUM", "0.995"]),
 ])
@@ -282,17 +285,18 @@ def contender_names() -> List[str]:
 
 def contender_overrides(name: str) -> List[str]:
     """The config overrides that make contender `name` from the recipe config: none for the
-    recipe and the other projects' FCOS, OFFICIAL plus the variant's for fcos-d2 variants,
-    the variant's alone for recipe and detectron2 variants, and for an inference-only
-    variant its base's plus its own."""
+    recipe, their own centre radius for the other projects' FCOS (RADIUS_15, then a
+    detectron2 variant's), OFFICIAL plus the variant's for fcos-d2 variants, the variant's
+    alone for recipe variants, and for an inference-only variant its base's plus its own."""
     if name in EVAL_VARIANTS:
         base, overrides = EVAL_VARIANTS[name]
         return contender_overrides(base) + overrides
     if name.startswith("fcos-d2 ") and name[len("fcos-d2 "):] in VARIANTS:
         return OFFICIAL + VARIANTS[name[len("fcos-d2 "):]]
     base, _, variant = name.partition("+")  # "BASE+VARIANT": the variant's overrides alone
-    return list({RECIPE: RECIPE_VARIANTS, DETECTRON2: DETECTRON2_VARIANTS}.get(base, {})
-                .get(variant, []))
+    own = RADIUS_15 if base in (DETECTRON2, "torchvision") else []  # their own radius
+    return own + list({RECIPE: RECIPE_VARIANTS, DETECTRON2: DETECTRON2_VARIANTS}.get(base, {})
+                      .get(variant, []))
 
 
 def _setup_cfg(name: str, seed: int, output_dir: str, opts: List[str], labelenc_step: int = 0,
@@ -714,7 +718,8 @@ def regime_iteration_cost(repeats: int) -> str:
     return "\n".join(rows)
 
 
-POSITIVES_CONTENDERS = ["fcos-d2 official", RECIPE, "fcos-d2 atss", f"{RECIPE}+atss-anchors-4"]
+POSITIVES_CONTENDERS = ["fcos-d2 official", RECIPE, f"{RECIPE}+center-sampling-1.5", "fcos-d2 atss",
+                        f"{RECIPE}+atss-anchors-4"]
 
 
 def positives_table(regime: str, contenders: List[str]) -> str:
