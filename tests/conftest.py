@@ -26,3 +26,16 @@ def dataset(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("tiny_coco")
     synthetic.write_split(folder, split="val", num_images=4)
     return folder
+
+
+@pytest.fixture(scope="session")
+def scripts():
+    """Runs this repository's scripts (train_net.py, tools/, demo/) in processes forked from
+    one server per pytest worker that has imported torch, detectron2 and fcos_d2 once
+    (tests/training_processes.py): ``scripts.run(script, *argv)`` is ``subprocess.run`` of
+    ``python script *argv`` in the repository's root; ``start``/``wait`` add faults."""
+    from training_processes import TrainingProcesses
+
+    server = TrainingProcesses()
+    yield server
+    server.close()

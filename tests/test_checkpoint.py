@@ -1,6 +1,4 @@
 """Conversion of official FCOS checkpoints: key mapping, the norm epsilon, clear errors."""
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -63,11 +61,10 @@ def _reference_checkpoint() -> Path:
     return cases[0] / "official_fp16.pth"
 
 
-def test_converter_cli_output_loads_through_detectron2_with_no_unmatched_keys(tmp_path):
+def test_converter_cli_output_loads_through_detectron2_with_no_unmatched_keys(tmp_path, scripts):
     source, target = _reference_checkpoint(), tmp_path / "converted.pth"
-    result = subprocess.run(
-        [sys.executable, "tools/convert_official_fcos.py", str(source), str(target),
-         "--config-file", "configs/FCOS-R50.yaml"], cwd=REPO, capture_output=True, text=True)
+    result = scripts.run("tools/convert_official_fcos.py", str(source), str(target),
+                         "--config-file", "configs/FCOS-R50.yaml")
     assert result.returncode == 0, result.stderr
     from detectron2.config import get_cfg
     from detectron2.modeling import build_model
@@ -90,10 +87,9 @@ def test_converter_cli_output_loads_through_detectron2_with_no_unmatched_keys(tm
         assert torch.equal(parameter, converted[name].to(parameter.dtype)), name
 
 
-def test_converter_cli_rejects_a_checkpoint_of_another_model(tmp_path):
+def test_converter_cli_rejects_a_checkpoint_of_another_model(tmp_path, scripts):
     source = tmp_path / "other.pth"
     torch.save({"model": {"roi_heads.box_predictor.weight": torch.ones(1)}}, source)
-    result = subprocess.run([sys.executable, "tools/convert_official_fcos.py", str(source),
-                             str(tmp_path / "out.pth")], cwd=REPO, capture_output=True, text=True)
+    result = scripts.run("tools/convert_official_fcos.py", str(source), str(tmp_path / "out.pth"))
     assert result.returncode != 0
     assert "roi_heads.box_predictor.weight" in result.stderr and "other.pth" in result.stderr

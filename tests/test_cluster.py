@@ -23,16 +23,14 @@ from fcos_d2.engine.preemption import PREEMPTED_EXIT_CODE, parse_signals
 from fcos_d2.engine.slurm import (SlurmError, apply_slurm_environment, expand_nodelist,
                                   slurm_launch_settings)
 from test_training_faults import argv, free_port, log_of, max_weight_difference
-from training_processes import TrainingProcesses
 
 import train_net
 
 
 @pytest.fixture(scope="module")
-def server():
-    processes = TrainingProcesses()
-    yield processes
-    processes.close()
+def server(scripts):
+    yield scripts
+    scripts.stop_running()
 
 
 # -- SLURM's environment ------------------------------------------------------------------

@@ -1,7 +1,6 @@
 """demo/demo.py: pictures and JSON files of detections, and a clear error for a bad input."""
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -34,19 +33,19 @@ def weights(tmp_path_factory) -> Path:
     return path
 
 
-def demo(weights: Path, output: Path, *inputs: Path) -> subprocess.CompletedProcess:
-    command = [sys.executable, "demo/demo.py", "--config-file", "configs/quickstart.yaml",
-               "--input", *map(str, inputs), "--output", str(output),
-               "--confidence-threshold", "0", *TINY_MODEL, "MODEL.WEIGHTS", str(weights)]
-    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=240)
+def demo(scripts, weights: Path, output: Path, *inputs: Path) -> subprocess.CompletedProcess:
+    return scripts.run("demo/demo.py", "--config-file", "configs/quickstart.yaml",
+                       "--input", *map(str, inputs), "--output", str(output),
+                       "--confidence-threshold", "0", *TINY_MODEL, "MODEL.WEIGHTS", str(weights),
+                       timeout=240)
 
 
-def test_demo_writes_a_picture_and_a_json_of_detections_per_image(weights, tmp_path):
+def test_demo_writes_a_picture_and_a_json_of_detections_per_image(scripts, weights, tmp_path):
     inputs = [tmp_path / "shapes_a.png", tmp_path / "shapes_b.jpg"]
     for index, path in enumerate(inputs):
         Image.fromarray(synthetic.render_image(seed=7, index=index)[0]).save(path)
 
-    run = demo(weights, tmp_path / "out", *inputs)
+    run = demo(scripts, weights, tmp_path / "out", *inputs)
 
     assert run.returncode == 0, run.stderr[-5000:]
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
@@ -64,9 +63,9 @@ def test_demo_writes_a_picture_and_a_json_of_detections_per_image(weights, tmp_p
             assert detection["class_name"] == synthetic.CLASS_NAMES[detection["class_id"]]
 
 
-def test_demo_names_the_input_it_cannot_read(weights, tmp_path):
+def test_demo_names_the_input_it_cannot_read(scripts, weights, tmp_path):
     missing = tmp_path / "no_such_image.jpg"
-    run = demo(weights, tmp_path / "out", missing)
+    run = demo(scripts, weights, tmp_path / "out", missing)
     assert run.returncode != 0
     assert f"demo.py: cannot read --input image '{missing}'" in run.stderr
 

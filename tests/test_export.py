@@ -1,7 +1,5 @@
 """ONNX export: the graph runs in onnxruntime and equals PyTorch; its dense outputs contain
 exactly what FCOS inference selects from."""
-import subprocess
-import sys
 from pathlib import Path
 
 import torch
@@ -15,17 +13,15 @@ REPO = Path(__file__).resolve().parents[1]
 QUICKSTART = ["--config-file", "configs/quickstart.yaml"]
 
 
-def test_dense_graph_matches_pytorch_in_onnxruntime(tmp_path):
+def test_dense_graph_matches_pytorch_in_onnxruntime(tmp_path, scripts):
     weights, output = tmp_path / "w.pth", tmp_path / "fcos.onnx"
     cfg = get_cfg()
     add_fcos_config(cfg)
     cfg.merge_from_file(str(REPO / "configs/quickstart.yaml"))
     cfg.MODEL.DEVICE = "cpu"
     torch.save({"model": build_model(cfg).state_dict()}, weights)
-    result = subprocess.run(
-        [sys.executable, "tools/export_onnx.py", *QUICKSTART, "--dense", "--height", "128", "--width", "160",
-         "--output", str(output), "MODEL.WEIGHTS", str(weights)],
-        cwd=REPO, capture_output=True, text=True)
+    result = scripts.run("tools/export_onnx.py", *QUICKSTART, "--dense", "--height", "128",
+                         "--width", "160", "--output", str(output), "MODEL.WEIGHTS", str(weights))
     assert result.returncode == 0, result.stderr[-2000:]
     error = float(result.stdout.strip().rsplit(" ", 1)[-1])
     assert output.stat().st_size > 0 and error < 1e-4

@@ -19,7 +19,7 @@ from detectron2.modeling import build_model
 from fcos_d2 import add_fcos_config
 from fcos_d2.checkpoint import FCOSCheckpointer
 from fcos_d2.modeling.labelenc import LabelEncStep2
-from training_processes import REPO, TrainingProcesses
+from training_processes import REPO
 
 TINY = ["MODEL.DEVICE", "cpu", "MODEL.FPN.OUT_CHANNELS", "64", "MODEL.FCOS.NUM_CONVS", "1",
         "SEED", "7", "SOLVER.IMS_PER_BATCH", "2", "SOLVER.WARMUP_ITERS", "2",
@@ -59,10 +59,10 @@ def max_weight_difference(a: Path, b: Path) -> float:
 
 
 @pytest.fixture(scope="module")
-def runs(dataset, tmp_path_factory):
+def runs(dataset, tmp_path_factory, scripts):
     """Step 1 uninterrupted, killed and resumed, and with two CPU workers; then step 2
     (from the uninterrupted step 1) uninterrupted, and killed and resumed."""
-    server = TrainingProcesses()
+    server = scripts
     root = tmp_path_factory.mktemp("labelenc")
     out = {name: root / name for name in ("s1", "s1_killed", "s1_two", "s1_lef", "s2",
                                           "s2_killed")}
@@ -90,7 +90,7 @@ def runs(dataset, tmp_path_factory):
         finish(("s2_killed", start("s2_killed", step2(out["s1"]),
                                    flags=["--skip-test", "--resume"])))
     finally:
-        server.close()
+        server.stop_running()
     return out
 
 

@@ -10,7 +10,6 @@ checkpoint that both tools load.
 """
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -33,9 +32,8 @@ TINY_MODEL = ["MODEL.FPN.OUT_CHANNELS", "64", "MODEL.FCOS.NUM_CONVS", "1",
               "DATALOADER.NUM_WORKERS", "0", "DATASETS.TEST", "('tiny',)", "MODEL.DEVICE", "cpu"]
 
 
-def run(script: str, *arguments: str) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, script, *arguments], cwd=REPO, capture_output=True,
-                            text=True, timeout=300)
+def run(scripts, script: str, *arguments: str) -> subprocess.CompletedProcess:
+    result = scripts.run(script, *arguments)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     return result
 
@@ -68,7 +66,7 @@ def train_briefly(model, cfg, dataset: Path, *, steps: int) -> None:
     model.eval()
 
 
-def test_test_onnx_gives_the_ap_and_detections_of_eval_only(tmp_path):
+def test_test_onnx_gives_the_ap_and_detections_of_eval_only(tmp_path, scripts):
     dataset = tmp_path / "tiny_coco"
     synthetic.write_split(dataset, split="val", num_images=4)
     cfg = get_cfg()
@@ -85,9 +83,9 @@ def test_test_onnx_gives_the_ap_and_detections_of_eval_only(tmp_path):
     opts = [*TINY_MODEL, "MODEL.WEIGHTS", str(tmp_path / "model.pth"),
             "OUTPUT_DIR", str(tmp_path / "output")]
 
-    run("train_net.py", *CONFIG, *register, "--eval-only", *opts)
-    export = run("tools/export_onnx.py", *CONFIG, "--output", str(tmp_path / "fcos.onnx"), *opts)
-    onnx = run("tools/test_onnx.py", *CONFIG, "--onnx-model", str(tmp_path / "fcos.onnx"),
+    run(scripts, "train_net.py", *CONFIG, *register, "--eval-only", *opts)
+    export = run(scripts, "tools/export_onnx.py", *CONFIG, "--output", str(tmp_path / "fcos.onnx"), *opts)
+    onnx = run(scripts, "tools/test_onnx.py", *CONFIG, "--onnx-model", str(tmp_path / "fcos.onnx"),
                *register, *opts)
 
     assert export.stdout.count("onnxruntime, agree at ") == 2

@@ -1,8 +1,6 @@
 """Conversion of SipMask-benchmark checkpoints, on state dicts generated in their layout
 (the published files cannot be downloaded here): the key mapping, a complete R-50 and
 R-101 checkpoint against the models of configs/SipMask/, and the errors."""
-import subprocess
-import sys
 from pathlib import Path
 from typing import Dict, Tuple
 
@@ -138,13 +136,11 @@ def test_keys_of_another_model_are_listed_and_an_fcos_checkpoint_is_named_as_suc
         convert_sipmask_state_dict(fcos_only)
 
 
-def test_converter_cli_writes_weights_that_the_r50_config_loads(tmp_path):
+def test_converter_cli_writes_weights_that_the_r50_config_loads(tmp_path, scripts):
     source, target = tmp_path / "SipMask_R50_1x.pth", tmp_path / "converted.pth"
     torch.save({"model": generated_checkpoint(50), "iteration": 90000}, source)
-    result = subprocess.run(
-        [sys.executable, "tools/convert_sipmask.py", str(source), str(target),
-         "--config-file", "configs/SipMask/SipMask-R50-1x.yaml"],
-        cwd=REPO, capture_output=True, text=True)
+    result = scripts.run("tools/convert_sipmask.py", str(source), str(target),
+                         "--config-file", "configs/SipMask/SipMask-R50-1x.yaml")
     assert result.returncode == 0, result.stderr
     converted = torch.load(target, weights_only=True)["model"]
     assert converted["head.sip_cof.weight"].shape == (128, 256, 3, 3)

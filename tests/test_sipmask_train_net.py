@@ -22,7 +22,7 @@ from fcos_d2.data import synthetic
 from fcos_d2.modeling.assignment import compute_locations
 from fcos_d2.modeling.meta_arch import _flatten_levels
 from fcos_d2.modeling.sipmask.loss import sipmask_mask_loss
-from training_processes import REPO, TrainingProcesses
+from training_processes import REPO
 
 # 30 iterations; checkpoints after iterations 9, 19 and 29 (model_final).
 TINY = ["MODEL.DEVICE", "cpu", "MODEL.FPN.OUT_CHANNELS", "32", "MODEL.SIPMASK.NUM_BASIS", "8",
@@ -40,14 +40,14 @@ def mask_dataset(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def runs(mask_dataset, tmp_path_factory):
+def runs(mask_dataset, tmp_path_factory, scripts):
     """An uninterrupted run, and a run that resumes from its checkpoint of iteration 19."""
     root = tmp_path_factory.mktemp("sipmask_runs")
     argv = lambda out, *flags: [
         "--config-file", "configs/quickstart-sipmask.yaml", "--register-coco", "tiny_masks",
         str(mask_dataset / "annotations.json"), str(mask_dataset / "images"), "--skip-test",
         *flags, *TINY, "OUTPUT_DIR", str(out)]
-    server = TrainingProcesses()
+    server = scripts
     try:
         whole, resumed = root / "whole", root / "resumed"
         status, _ = server.wait(server.start(argv(whole), log=root / "whole.log"))
@@ -58,7 +58,7 @@ def runs(mask_dataset, tmp_path_factory):
         status, _ = server.wait(server.start(argv(resumed, "--resume"), log=root / "resumed.log"))
         assert status == 0, (root / "resumed.log").read_text()[-5000:]
     finally:
-        server.close()
+        server.stop_running()
     return {"whole": whole, "resumed": resumed, "log": (root / "resumed.log").read_text()}
 
 

@@ -9,7 +9,6 @@ model still has detections and COCOEvaluator reports per-category AP.
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,6 @@ import yaml
 
 from fcos_d2.data import synthetic
 
-REPO = Path(__file__).resolve().parents[1]
 TINY_MODEL = ["MODEL.FPN.OUT_CHANNELS", "64", "MODEL.FCOS.NUM_CONVS", "1",
               "MODEL.FCOS.INFERENCE_TH_TEST", "0.0", "MODEL.FCOS.PRE_NMS_TOPK_TEST", "50",
               "SOLVER.IMS_PER_BATCH", "2", "SOLVER.WARMUP_ITERS", "1",
@@ -26,12 +24,13 @@ TINY_MODEL = ["MODEL.FPN.OUT_CHANNELS", "64", "MODEL.FCOS.NUM_CONVS", "1",
               "DATASETS.TEST", "('tiny',)"]
 
 
-def train_net(dataset: Path, output: Path, *opts: str, flags=()) -> subprocess.CompletedProcess:
+def train_net(scripts, dataset: Path, output: Path, *opts: str,
+              flags=()) -> subprocess.CompletedProcess:
     """Runs train_net.py on the quickstart config made tiny, with the dataset as 'tiny'."""
-    command = [sys.executable, "train_net.py", "--config-file", "configs/quickstart.yaml",
-               "--register-coco", "tiny", str(dataset / "annotations.json"),
-               str(dataset / "images"), *flags, *TINY_MODEL, *opts, "OUTPUT_DIR", str(output)]
-    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    return scripts.run("train_net.py", "--config-file", "configs/quickstart.yaml",
+                       "--register-coco", "tiny", str(dataset / "annotations.json"),
+                       str(dataset / "images"), *flags, *TINY_MODEL, *opts,
+                       "OUTPUT_DIR", str(output))
 
 
 def succeeded(run: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
@@ -60,23 +59,23 @@ def output(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def first_run(dataset, output):
+def first_run(scripts, dataset, output):
     """4 iterations, evaluation every 2, checkpoints every 2, 2 validation pictures."""
-    return succeeded(train_net(dataset, output, "SOLVER.MAX_ITER", "4", "TEST.EVAL_PERIOD", "2",
+    return succeeded(train_net(scripts, dataset, output, "SOLVER.MAX_ITER", "4", "TEST.EVAL_PERIOD", "2",
                                "SOLVER.CHECKPOINT_PERIOD", "2", flags=["--vis-val", "2"]))
 
 
 @pytest.fixture(scope="module")
-def resumed_run(first_run, dataset, output):
+def resumed_run(scripts, first_run, dataset, output):
     """Resumes the first run up to 6 iterations, without the evaluation at the end."""
-    return succeeded(train_net(dataset, output, "SOLVER.MAX_ITER", "6", "TEST.EVAL_PERIOD", "2",
+    return succeeded(train_net(scripts, dataset, output, "SOLVER.MAX_ITER", "6", "TEST.EVAL_PERIOD", "2",
                                flags=["--resume", "--skip-test"]))
 
 
 @pytest.fixture(scope="module")
-def evaluation_run(resumed_run, dataset, output):
+def evaluation_run(scripts, resumed_run, dataset, output):
     """Evaluates the resumed run's final checkpoint, expecting any AP in [0, 100]."""
-    return succeeded(train_net(dataset, output, "MODEL.WEIGHTS", str(output / "model_final.pth"),
+    return succeeded(train_net(scripts, dataset, output, "MODEL.WEIGHTS", str(output / "model_final.pth"),
                                "TEST.EXPECTED_RESULTS", "[['bbox', 'AP', 50.0, 50.0]]",
                                flags=["--eval-only"]))
 
@@ -123,25 +122,26 @@ def test_eval_only_evaluates_the_checkpoint_and_reports_expected_results(evaluat
 
 
 def test_eval_only_fails_with_exit_status_1_when_expected_results_are_not_met(
-        evaluation_run, dataset, output):
-    run = train_net(dataset, output, "MODEL.WEIGHTS", str(output / "model_final.pth"),
+        scripts, evaluation_run, dataset, output):
+    run = train_net(scripts, dataset, output, "MODEL.WEIGHTS", str(output / "model_final.pth"),
                     "TEST.EXPECTED_RESULTS", "[['bbox', 'AP', 1000.0, 1.0]]", flags=["--eval-only"])
     assert run.returncode == 1
     assert "TEST.EXPECTED_RESULTS: FAIL: bbox/AP = " in run.stdout + run.stderr
 
 
-def test_num_classes_that_differs_from_the_dataset_is_refused_naming_both(dataset, tmp_path):
-    run = train_net(dataset, tmp_path, "MODEL.FCOS.NUM_CLASSES", "3")
+def test_num_classes_that_differs_from_the_dataset_is_refused_naming_both(scripts, dataset,
+                                                                         tmp_path):
+    run = train_net(scripts, dataset, tmp_path, "MODEL.FCOS.NUM_CLASSES", "3")
     assert run.returncode != 0
     assert ("dataset 'tiny' has 6 classes but MODEL.FCOS.NUM_CLASSES is 3"
             in run.stderr.strip().splitlines()[-1])
     assert not os.path.exists(tmp_path / "config.yaml")  # refused before anything is written
 
 
-def test_two_cpu_workers_train_and_evaluate_together(dataset, tmp_path):
+def test_two_cpu_workers_train_and_evaluate_together(scripts, dataset, tmp_path):
     if torch.cuda.is_available():
         pytest.skip("--num-gpus 2 starts CPU workers only where CUDA is not available")
-    run = succeeded(train_net(dataset, tmp_path, "SOLVER.MAX_ITER", "2", "TEST.EVAL_PERIOD", "0",
+    run = succeeded(train_net(scripts, dataset, tmp_path, "SOLVER.MAX_ITER", "2", "TEST.EVAL_PERIOD", "0",
                               flags=["--num-gpus", "2", "--dist-url", "auto"]))
     assert "Rank of current process: 0. World size: 2" in run.stdout
     assert summary_iterations(tmp_path) == [2]  # written once, by the main worker

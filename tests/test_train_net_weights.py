@@ -38,8 +38,8 @@ def three_class_weights(tmp_path_factory) -> Path:
 
 
 def test_eval_only_with_weights_of_another_class_count_fails_listing_the_shapes(
-        dataset, three_class_weights, tmp_path):
-    run = train_net(dataset, tmp_path, "MODEL.WEIGHTS", str(three_class_weights),
+        scripts, dataset, three_class_weights, tmp_path):
+    run = train_net(scripts, dataset, tmp_path, "MODEL.WEIGHTS", str(three_class_weights),
                     flags=["--eval-only"])
     assert run.returncode != 0
     assert f"WeightsMismatchError: weights {three_class_weights} do not fit" in run.stderr

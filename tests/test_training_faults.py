@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from training_processes import REPO, TrainingProcesses
+from training_processes import REPO
 
 # 6 iterations; checkpoints after iterations 1, 3 and 5 (model_final).
 TINY = ["MODEL.DEVICE", "cpu", "MODEL.FPN.OUT_CHANNELS", "64", "MODEL.FCOS.NUM_CONVS", "1", "SEED", "7",
@@ -27,10 +27,9 @@ TINY = ["MODEL.DEVICE", "cpu", "MODEL.FPN.OUT_CHANNELS", "64", "MODEL.FCOS.NUM_C
 
 
 @pytest.fixture(scope="module")
-def server():
-    processes = TrainingProcesses()
-    yield processes
-    processes.close()
+def server(scripts):
+    yield scripts
+    scripts.stop_running()
 
 
 def argv(dataset: Path, output: Path, *opts: str, flags=("--skip-test",)):

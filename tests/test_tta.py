@@ -7,8 +7,6 @@ a resize and a flip, the vote, and mirrored masks for a mirrored image.
 The model is the quickstart config made tiny (64 FPN channels, one conv per tower),
 trained for 10 SGD steps from a fixed seed on synthetic shapes rendered in memory.
 """
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -107,11 +105,10 @@ def test_tta_refuses_a_model_that_is_not_fcos_and_empty_sizes(model):
         _tta(model, "TEST.AUG.MIN_SIZES", "()")
 
 
-def test_eval_only_with_tta_writes_tta_results_and_a_tta_summary_block(model, tmp_path):
+def test_eval_only_with_tta_writes_tta_results_and_a_tta_summary_block(model, tmp_path, scripts):
     synthetic.write_split(tmp_path / "data", split="val", num_images=4)
     torch.save({"model": model.state_dict()}, tmp_path / "model.pth")
-    command = [sys.executable, "train_net.py", "--config-file", "configs/quickstart.yaml",
-               "--eval-only", "--register-coco", "tiny", str(tmp_path / "data/annotations.json"),
+    command = ["--config-file", "configs/quickstart.yaml", "--eval-only", "--register-coco", "tiny", str(tmp_path / "data/annotations.json"),
                str(tmp_path / "data/images"), *TINY, "MODEL.WEIGHTS", str(tmp_path / "model.pth"),
                "DATASETS.TEST", "('tiny',)", "DATALOADER.NUM_WORKERS", "0",
                "TEST.AUG.ENABLED", "True", "TEST.AUG.MIN_SIZES", "(96, 128)",
@@ -119,7 +116,7 @@ def test_eval_only_with_tta_writes_tta_results_and_a_tta_summary_block(model, tm
                # AP passes
                "TEST.EXPECTED_RESULTS", "[['bbox_TTA', 'AP', 50, 51]]",
                "OUTPUT_DIR", str(tmp_path / "out")]
-    run = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    run = scripts.run("train_net.py", *command)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     summary = (tmp_path / "out/inference/tiny/summary.txt").read_text()
     headers = [line.split(" | ")[0] for line in summary.splitlines() if line.startswith("==")]

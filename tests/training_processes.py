@@ -14,7 +14,10 @@ seconds} has kept its main thread busy (a slow step); ``signal_during_save`` {ch
 name: signal name} sends a signal while that checkpoint is written; ``env`` adds
 environment variables (a faked SLURM step).
 
-``TrainingProcesses`` is the pytest side: ``start`` a training, ``wait`` for it.
+``TrainingProcesses`` is the pytest side: ``start`` a training, ``wait`` for it, or ``run``
+a script to its end as ``subprocess.run`` would (stdout and stderr kept apart). The
+``scripts`` fixture of tests/conftest.py is one server per pytest worker, for every test
+that runs a script of this repository (train_net.py, tools/, demo/) in one process.
 """
 import json
 import os
@@ -23,6 +26,7 @@ import signal
 import subprocess
 import sys
 import time
+import tempfile
 import traceback
 from pathlib import Path
 from typing import List, Optional, Tuple
@@ -52,13 +56,14 @@ class TrainingProcesses:
               nan_at: Optional[int] = None, record: Optional[Path] = None,
               script: Path = REPO / "train_net.py", signals: Optional[dict] = None,
               busy: Optional[dict] = None, signal_during_save: Optional[dict] = None,
-              env: Optional[dict] = None) -> int:
-        """Starts ``script *argv`` (train_net.py by default); returns its process id."""
+              env: Optional[dict] = None, stderr: Optional[Path] = None) -> int:
+        """Starts ``script *argv`` (train_net.py by default); returns its process id. Its
+        stdout and stderr go to `log`, or stderr to `stderr` where that is given."""
         faults = {"kill_at": kill_at, "nan_at": nan_at, "record": record and str(record),
                   "signals": signals or {}, "busy": busy or {},
                   "signal_during_save": signal_during_save or {}, "env": env or {}}
         pid = self._ask({"op": "start", "argv": argv, "log": str(log), "script": str(script),
-                         **faults})["pid"]
+                         "stderr": stderr and str(stderr), **faults})["pid"]
         self._running.add(pid)
         return pid
 
@@ -68,10 +73,30 @@ class TrainingProcesses:
         self._running.discard(pid)
         return reply["returncode"], reply["ended_at"]
 
-    def close(self) -> None:
-        """Ends the server, and the trainings not waited for (a test failed)."""
+    def run(self, script: str, *argv: str, timeout: float = 300,
+            env: Optional[dict] = None) -> subprocess.CompletedProcess:
+        """``python script *argv`` from the repository's root, as ``subprocess.run`` with
+        ``capture_output=True, text=True`` gives it; `script` is relative to the root.
+        Raises subprocess.TimeoutExpired (the process killed) after `timeout` seconds."""
+        command = [sys.executable, script, *argv]
+        with tempfile.TemporaryDirectory() as folder:
+            out, err = Path(folder, "stdout"), Path(folder, "stderr")
+            pid = self.start(list(argv), log=out, stderr=err, script=REPO / script, env=env)
+            reply = self._ask({"op": "wait", "pid": pid, "timeout": timeout})
+            self._running.discard(pid)
+            stdout, stderr = out.read_text(), err.read_text()
+        if reply.get("timed_out"):
+            raise subprocess.TimeoutExpired(command, timeout, stdout, stderr)
+        return subprocess.CompletedProcess(command, reply["returncode"], stdout, stderr)
+
+    def stop_running(self) -> None:
+        """Kills the trainings not waited for (a test failed)."""
         for pid in list(self._running):
-            self.wait(pid, timeout=0)  # kills it
+            self.wait(pid, timeout=0)
+
+    def close(self) -> None:
+        """Ends the server, and the trainings not waited for."""
+        self.stop_running()
         self._server.stdin.close()
         self._server.kill()
         self._server.wait()
@@ -128,17 +153,21 @@ def _run_child(request: dict) -> None:
     status = 1
     try:
         log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        err = request.get("stderr")
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
         os.dup2(log, 1)
-        os.dup2(log, 2)
+        os.dup2(os.open(err, os.O_WRONLY | os.O_CREAT | os.O_APPEND) if err else log, 2)
         os.environ.update(request["env"])
         _install_faults(request["kill_at"], request["nan_at"], request["record"],
                         request["signals"], request["busy"], request["signal_during_save"])
         sys.argv = [request["script"], *request["argv"]]
+        sys.path[0] = str(Path(request["script"]).parent)  # as `python script` has it
         runpy.run_path(request["script"], run_name="__main__")
         status = 0
-    except SystemExit as exit:
-        status = exit.code if isinstance(exit.code, int) else 1
+    except SystemExit as exit:  # as the interpreter ends on it: a message goes to stderr
+        status = exit.code if isinstance(exit.code, int) else int(exit.code is not None)
+        if exit.code is not None and not isinstance(exit.code, int):
+            print(exit.code, file=sys.stderr)
     except BaseException:
         traceback.print_exc()
     finally:
