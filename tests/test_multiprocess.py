@@ -1,4 +1,5 @@
-"""Data-parallel training computes what one process computes on the whole batch.
+"""Data-parallel training computes what one process computes on the whole batch; and
+spawned CPU workers form one gloo group whose models DefaultTrainer's wrapping makes DDP.
 
 Two CPU workers (fcos_d2.engine.launch, gloo) with one image each, their gradients averaged by
 DistributedDataParallel as DefaultTrainer does, must give the gradients of one process
@@ -9,6 +10,7 @@ how the batch is split.
 """
 from pathlib import Path
 
+import pytest
 import torch
 from detectron2.config import get_cfg
 from detectron2.engine import defaults
@@ -18,6 +20,7 @@ from detectron2.utils import comm
 
 from fcos_d2 import add_fcos_config
 from fcos_d2.engine.launch import launch
+from test_launch import expected_reports, worker_report
 
 REPO = Path(__file__).resolve().parents[1]
 # Per image: (x0, y0, x1, y1, class) of each object. 2 objects, then 1: unequal positives.
@@ -66,12 +69,16 @@ def one_image_per_worker(folder: str) -> None:
     losses = ddp(make_inputs()[rank:rank + 1])
     sum(losses.values()).backward()
     worker_losses = comm.all_gather({k: v.item() for k, v in losses.items()})
+    seen = comm.all_gather(worker_report(ddp))
     if rank == 0:
         grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
-        torch.save({"losses": worker_losses, "grads": grads}, Path(folder) / "workers.pth")
+        torch.save({"losses": worker_losses, "grads": grads, "seen": seen},
+                   Path(folder) / "workers.pth")
 
 
 def test_two_workers_with_one_image_each_match_one_process_with_both(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("CPU workers are spawned only where CUDA is not available")
     torch.manual_seed(0)
     model = tiny_fcos()
     torch.save(model.state_dict(), tmp_path / "initial.pth")
@@ -79,6 +86,7 @@ def test_two_workers_with_one_image_each_match_one_process_with_both(tmp_path):
 
     launch(one_image_per_worker, 2, dist_url="auto", args=(str(tmp_path),))
     got = torch.load(tmp_path / "workers.pth")
+    assert got["seen"] == expected_reports(2)  # one gloo group; DDP-wrapped on the CPU
 
     # Each worker's loss is its image's share over the job's average normaliser.
     for key, expected in expected_losses.items():
