@@ -25,8 +25,8 @@ import runpy
 import signal
 import subprocess
 import sys
-import time
 import tempfile
+import time
 import traceback
 from pathlib import Path
 from typing import List, Optional, Tuple
@@ -69,9 +69,14 @@ class TrainingProcesses:
 
     def wait(self, pid: int, timeout: float = 300) -> Tuple[int, float]:
         """(exit status, or minus the signal that ended it; time.time() when it ended)."""
+        reply = self._wait_reply(pid, timeout)
+        return reply["returncode"], reply["ended_at"]
+
+    def _wait_reply(self, pid: int, timeout: float) -> dict:
+        """The server's reply to a wait: also "timed_out" where it killed the process."""
         reply = self._ask({"op": "wait", "pid": pid, "timeout": timeout})
         self._running.discard(pid)
-        return reply["returncode"], reply["ended_at"]
+        return reply
 
     def run(self, script: str, *argv: str, timeout: float = 300,
             env: Optional[dict] = None) -> subprocess.CompletedProcess:
@@ -82,8 +87,7 @@ class TrainingProcesses:
         with tempfile.TemporaryDirectory() as folder:
             out, err = Path(folder, "stdout"), Path(folder, "stderr")
             pid = self.start(list(argv), log=out, stderr=err, script=REPO / script, env=env)
-            reply = self._ask({"op": "wait", "pid": pid, "timeout": timeout})
-            self._running.discard(pid)
+            reply = self._wait_reply(pid, timeout)
             stdout, stderr = out.read_text(), err.read_text()
         if reply.get("timed_out"):
             raise subprocess.TimeoutExpired(command, timeout, stdout, stderr)
