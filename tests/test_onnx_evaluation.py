@@ -84,7 +84,8 @@ def test_test_onnx_gives_the_ap_and_detections_of_eval_only(tmp_path, scripts):
             "OUTPUT_DIR", str(tmp_path / "output")]
 
     run(scripts, "train_net.py", *CONFIG, *register, "--eval-only", *opts)
-    export = run(scripts, "tools/export_onnx.py", *CONFIG, "--output", str(tmp_path / "fcos.onnx"), *opts)
+    export = run(scripts, "tools/export_onnx.py", *CONFIG, "--output",
+                 str(tmp_path / "fcos.onnx"), *opts)
     onnx = run(scripts, "tools/test_onnx.py", *CONFIG, "--onnx-model", str(tmp_path / "fcos.onnx"),
                *register, *opts)
 

@@ -61,21 +61,23 @@ def output(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def first_run(scripts, dataset, output):
     """4 iterations, evaluation every 2, checkpoints every 2, 2 validation pictures."""
-    return succeeded(train_net(scripts, dataset, output, "SOLVER.MAX_ITER", "4", "TEST.EVAL_PERIOD", "2",
-                               "SOLVER.CHECKPOINT_PERIOD", "2", flags=["--vis-val", "2"]))
+    return succeeded(train_net(scripts, dataset, output, "SOLVER.MAX_ITER", "4",
+                               "TEST.EVAL_PERIOD", "2", "SOLVER.CHECKPOINT_PERIOD", "2",
+                               flags=["--vis-val", "2"]))
 
 
 @pytest.fixture(scope="module")
 def resumed_run(scripts, first_run, dataset, output):
     """Resumes the first run up to 6 iterations, without the evaluation at the end."""
-    return succeeded(train_net(scripts, dataset, output, "SOLVER.MAX_ITER", "6", "TEST.EVAL_PERIOD", "2",
-                               flags=["--resume", "--skip-test"]))
+    return succeeded(train_net(scripts, dataset, output, "SOLVER.MAX_ITER", "6",
+                               "TEST.EVAL_PERIOD", "2", flags=["--resume", "--skip-test"]))
 
 
 @pytest.fixture(scope="module")
 def evaluation_run(scripts, resumed_run, dataset, output):
     """Evaluates the resumed run's final checkpoint, expecting any AP in [0, 100]."""
-    return succeeded(train_net(scripts, dataset, output, "MODEL.WEIGHTS", str(output / "model_final.pth"),
+    return succeeded(train_net(scripts, dataset, output,
+                               "MODEL.WEIGHTS", str(output / "model_final.pth"),
                                "TEST.EXPECTED_RESULTS", "[['bbox', 'AP', 50.0, 50.0]]",
                                flags=["--eval-only"]))
 
@@ -141,7 +143,8 @@ def test_num_classes_that_differs_from_the_dataset_is_refused_naming_both(script
 def test_two_cpu_workers_train_and_evaluate_together(scripts, dataset, tmp_path):
     if torch.cuda.is_available():
         pytest.skip("--num-gpus 2 starts CPU workers only where CUDA is not available")
-    run = succeeded(train_net(scripts, dataset, tmp_path, "SOLVER.MAX_ITER", "2", "TEST.EVAL_PERIOD", "0",
+    run = succeeded(train_net(scripts, dataset, tmp_path, "SOLVER.MAX_ITER", "2",
+                              "TEST.EVAL_PERIOD", "0",
                               flags=["--num-gpus", "2", "--dist-url", "auto"]))
     assert "Rank of current process: 0. World size: 2" in run.stdout
     assert summary_iterations(tmp_path) == [2]  # written once, by the main worker

@@ -108,7 +108,8 @@ def test_tta_refuses_a_model_that_is_not_fcos_and_empty_sizes(model):
 def test_eval_only_with_tta_writes_tta_results_and_a_tta_summary_block(model, tmp_path, scripts):
     synthetic.write_split(tmp_path / "data", split="val", num_images=4)
     torch.save({"model": model.state_dict()}, tmp_path / "model.pth")
-    command = ["--config-file", "configs/quickstart.yaml", "--eval-only", "--register-coco", "tiny", str(tmp_path / "data/annotations.json"),
+    command = ["--config-file", "configs/quickstart.yaml", "--eval-only",
+               "--register-coco", "tiny", str(tmp_path / "data/annotations.json"),
                str(tmp_path / "data/images"), *TINY, "MODEL.WEIGHTS", str(tmp_path / "model.pth"),
                "DATASETS.TEST", "('tiny',)", "DATALOADER.NUM_WORKERS", "0",
                "TEST.AUG.ENABLED", "True", "TEST.AUG.MIN_SIZES", "(96, 128)",
