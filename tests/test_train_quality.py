@@ -93,6 +93,17 @@ def test_torchvision_adapter_trains_and_returns_detectron2_instances():
     assert instances.pred_classes.max() < cfg.MODEL.FCOS.NUM_CLASSES
 
 
+@pytest.mark.parametrize("name", ["fcos-d2 recipe", "torchvision", "detectron2"])
+def test_every_contender_is_built_on_model_device(name):
+    # "meta" stands in for "cuda" where there is no GPU: a contender left on the CPU fails
+    if name == "detectron2":
+        _skip_without_detectron2_fcos()
+    model = tq.build_contender(name, _cfg(name, "MODEL.DEVICE", "meta"))
+    devices = {p.device.type for p in model.parameters()}
+    devices |= {b.device.type for b in model.buffers()}
+    assert devices == {"meta"}
+
+
 def test_detectron2_adapter_builds_when_detectron2_has_fcos():
     _skip_without_detectron2_fcos()
     cfg = _cfg("detectron2")

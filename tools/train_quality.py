@@ -31,6 +31,9 @@ loader, optimizer, schedule, seeds and evaluator; only the detector on top diffe
   ``detectron2+<variant>`` with a schedule change (``DETECTRON2_VARIANTS``).
 
 Each (contender, seed) runs in its own process with one thread; ``--jobs`` run at once.
+With ``MODEL.DEVICE cuda`` at the end of the command, every contender trains and is
+evaluated on the GPU (the ``--jobs`` runs share it; data loading and COCO evaluation stay
+on one CPU thread each).
 Results are appended to ``OUTPUT/results.jsonl`` (runs found there are not repeated), and
 the table (mean, sample std and range of AP over seeds) is printed and written to
 ``OUTPUT/table.md``.
@@ -39,6 +42,7 @@ Usage:
     python tools/train_quality.py [--regime shapes|thin] [--contenders all|NAME ...]
                                   [--seeds 0 1 2] [--jobs 2] [--output DIR] [--diagnostics]
                                   [KEY VALUE ...]
+    python tools/train_quality.py --regime thin --jobs 10 MODEL.DEVICE cuda  # on a GPU
     python tools/train_quality.py --list
     python tools/train_quality.py --labelenc-cost 20   # seconds per training iteration
     python tools/train_quality.py --regime-cost 10     # the same, per regime
@@ -366,7 +370,9 @@ def build_contender(name: str, cfg):
 
     base = name.split("+")[0]  # "detectron2+NAME": detectron2's FCOS, NAME's schedule
     builder = {"torchvision": build_torchvision_fcos, DETECTRON2: build_detectron2_fcos}[base]
-    return builder(cfg, build_backbone(cfg))
+    # on MODEL.DEVICE, as detectron2's build_model puts fcos-d2 (`MODEL.DEVICE cuda` at the
+    # end of the command line trains every contender on the GPU)
+    return builder(cfg, build_backbone(cfg)).to(cfg.MODEL.DEVICE)
 
 
 def run_one(name: str, seed: int, output_dir: str, opts: List[str], regime: str = "shapes",
