@@ -2,6 +2,7 @@
 variants switch exactly what they name, the adapters speak detectron2's model interface,
 and the table reports mean, spread and range over seeds."""
 import importlib.util
+import json
 import math
 import sys
 from pathlib import Path
@@ -235,6 +236,73 @@ def test_a_step2_variant_waits_for_labelenc_of_its_seed():
     assert tq._next_ready(todo, running=[]) == 1
     assert tq._next_ready([(variant, 0)], running=[(tq.LABELENC, 0, None, 0.0)]) is None
     assert tq._next_ready([(variant, 0)], running=[(tq.LABELENC, 1, None, 0.0)]) == 0
+
+
+def _stored_step1(root, seed, regime="thin"):
+    """An earlier benchmark's folder with LabelEnc's run of `seed`: its record, its weights."""
+    weights = tq.step1_weights(root, seed)
+    weights.parent.mkdir(parents=True)
+    weights.write_bytes(b"weights")
+    record = {"contender": tq.LABELENC, "seed": seed, "regime": regime, "step1_AP": 1.5,
+              "step1_lef_AP": 70.0, "train_seconds_step1": 9.0, "AP": 30.0}
+    (root / "results.jsonl").write_text(json.dumps(record) + "\n")
+
+
+def test_a_step2_variant_starts_from_the_step1_of_the_folder_it_is_given(tmp_path, monkeypatch):
+    _stored_step1(tmp_path / "earlier", 2)
+    calls = []
+    monkeypatch.setattr(tq, "run_labelenc_step2", lambda *args: calls.append(args))
+    variant = next(iter(tq.STEP2_VARIANTS))
+    here = str(tmp_path / "new" / "runs" / f"{variant}-2")
+    tq.run_step2_variant(variant, 2, here, [], "thin", step1_from=str(tmp_path / "earlier"))
+    (_, seed, output_dir, _, weights, step1_record, regime), = calls
+    assert (seed, output_dir, regime) == (2, here, "thin")
+    assert weights == str(tq.step1_weights(tmp_path / "earlier", 2))
+    assert step1_record == {"step1_AP": 1.5, "step1_lef_AP": 70.0, "train_seconds_step1": 9.0}
+    with pytest.raises(FileNotFoundError, match="seed 3: no step-1 weights .*--step1-from"):
+        tq.run_step2_variant(variant, 3, here, [], "thin", step1_from=str(tmp_path / "earlier"))
+    with pytest.raises(FileNotFoundError, match="seed 2: no step-1 weights .*--output"):
+        tq.run_step2_variant(variant, 2, here, [], "thin")  # nothing beside it
+
+
+def test_a_stored_step1_needs_its_record_of_the_same_regime(tmp_path):
+    _stored_step1(tmp_path, 1)
+    assert tq.missing_step1(tmp_path, 1, "thin") is None
+    (tmp_path / "results.jsonl").write_text("")
+    assert "no record of" in tq.missing_step1(tmp_path, 1, "thin")
+    _stored_step1(tmp_path / "shapes", 1, regime="shapes")
+    with pytest.raises(SystemExit, match="regime \\['shapes'\\]"):
+        tq.missing_step1(tmp_path / "shapes", 1, "thin")
+
+
+def test_with_step1_from_elsewhere_a_step2_variant_does_not_wait_and_its_child_is_told(tmp_path):
+    variant = next(iter(tq.STEP2_VARIANTS))
+    assert tq._next_ready([(variant, 0), (tq.LABELENC, 0)], running=[], step2_waits=False) == 0
+    script = tmp_path / "child.py"
+    script.write_text("import sys, pathlib\n"
+                      "pathlib.Path(sys.argv[sys.argv.index('--output') + 1], 'argv.txt')"
+                      ".write_text(' '.join(sys.argv[1:]))\n")
+    tq._run_all([(variant, 1), (tq.LABELENC, 1)], 1, tmp_path, [], script=str(script),
+                extra_args=["--step1-from", "earlier"], step2_waits=False)
+    # one job at a time: the variant ran first (it waited for nothing), LabelEnc wrote last
+    assert (tmp_path / "argv.txt").read_text() == (
+        f"--run {tq.LABELENC} --seed 1 --output {tmp_path} --step1-from earlier")
+    assert (tmp_path / f"log-{variant.replace(' ', '_')}-1.txt").exists()
+
+
+def test_the_command_refuses_step1_from_a_folder_without_the_seeds_step1(
+        tmp_path, monkeypatch, capsys):
+    _stored_step1(tmp_path, 1)
+    variant = next(iter(tq.STEP2_VARIANTS))
+    monkeypatch.setattr(sys, "argv", ["train_quality.py", "--regime", "thin", "--contenders",
+                                      variant, "--seeds", "1", "2", "--step1-from",
+                                      str(tmp_path), "--output", str(tmp_path / "out")])
+    with pytest.raises(SystemExit) as exit_:
+        tq.main()
+    error = capsys.readouterr().err
+    assert exit_.value.code == 2 and f"--step1-from {tmp_path}: no step-1 weights" in error
+    assert f"{tq.LABELENC}-2" in error and f"{tq.LABELENC}-1" not in error
+    assert not (tmp_path / "out").exists()
 
 
 # ---------------------------------------------------------------- regime 2 ("thin")

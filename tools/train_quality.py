@@ -376,21 +376,24 @@ def build_contender(name: str, cfg):
 
 
 def run_one(name: str, seed: int, output_dir: str, opts: List[str], regime: str = "shapes",
-            diagnostics: bool = False, init_seed: Optional[int] = None) -> List[dict]:
+            diagnostics: bool = False, init_seed: Optional[int] = None,
+            step1_from: Optional[str] = None) -> List[dict]:
     """Trains contender `name` with `seed` in `regime`; returns its COCO box metrics and
     losses (and with `diagnostics` the run's ``train_quality_diagnostics`` record), then
     those of each inference-only variant based on it (``EVAL_VARIANTS``). Records of a
     regime other than "shapes" carry its name ("regime"). With `init_seed`, the weights are
-    initialised from it instead of `seed` (``train``), and the records carry it."""
+    initialised from it instead of `seed` (``train``), and the records carry it. A step-2
+    variant starts from the LABELENC run in `step1_from` (default: beside it)."""
     tag = {} if regime == "shapes" else {"regime": regime}
     if init_seed is not None:
         tag["init_seed"] = init_seed
     return [{**record, **tag} for record in _run_one(name, seed, output_dir, opts, regime,
-                                                      diagnostics, init_seed)]
+                                                      diagnostics, init_seed, step1_from)]
 
 
 def _run_one(name: str, seed: int, output_dir: str, opts: List[str], regime: str,
-             diagnostics: bool, init_seed: Optional[int]) -> List[dict]:
+             diagnostics: bool, init_seed: Optional[int],
+             step1_from: Optional[str] = None) -> List[dict]:
     import torch
 
     torch.set_num_threads(1)
@@ -400,7 +403,7 @@ def _run_one(name: str, seed: int, output_dir: str, opts: List[str], regime: str
     if name in STEP1_VARIANTS:
         return [run_labelenc(name, seed, output_dir, opts, regime)]
     if name in STEP2_VARIANTS:
-        return [run_step2_variant(name, seed, output_dir, opts, regime)]
+        return [run_step2_variant(name, seed, output_dir, opts, regime, step1_from)]
     cfg = _setup_cfg(name, seed, output_dir, opts, regime=regime)
     model, common = train(name, cfg, seed, diagnostics=diagnostics, init_seed=init_seed)
     if common["status"] != "ok":
@@ -535,19 +538,39 @@ def run_labelenc_step2(name: str, seed: int, output_dir: str, opts: List[str], w
 
 
 def run_step2_variant(name: str, seed: int, output_dir: str, opts: List[str],
-                      regime: str = "shapes") -> dict:
+                      regime: str = "shapes", step1_from: Optional[str] = None) -> dict:
     """Step 2 of `name` (``STEP2_VARIANTS``) from the step-1 weights of LABELENC's run with
-    the same seed, which must have run first (in the same --output)."""
-    weights = os.path.join(os.path.dirname(output_dir), f"{LABELENC}-{seed}", "step1",
-                           "model_final.pth")
-    if not os.path.isfile(weights):
-        raise FileNotFoundError(f"{name} seed {seed} starts from {weights}: run the contender "
-                                f"'{LABELENC}' with this seed (and --output) first")
-    record = next(r for r in load_results(Path(output_dir).parents[1] / "results.jsonl")
+    the same seed, which must have run first: in the same --output, or in the --output
+    folder `step1_from` (an earlier benchmark's, of the same regime)."""
+    root = Path(step1_from) if step1_from else Path(output_dir).parents[1]
+    problem = missing_step1(root, seed, regime)
+    if problem:
+        where = f"--step1-from {root}" if step1_from else "--output"
+        raise FileNotFoundError(f"{name} seed {seed}: {problem}; run the contender "
+                                f"'{LABELENC}' with this seed (and {where}) first")
+    record = next(r for r in load_results(root / "results.jsonl")
                   if r["contender"] == LABELENC and r["seed"] == seed)
     step1_record = {k: record[k] for k in ("final_losses_step1", "step1_AP", "step1_lef_AP",
                                            "train_seconds_step1") if k in record}
-    return run_labelenc_step2(name, seed, output_dir, opts, weights, step1_record, regime)
+    return run_labelenc_step2(name, seed, output_dir, opts, str(step1_weights(root, seed)),
+                              step1_record, regime)
+
+
+def step1_weights(root: Path, seed: int) -> Path:
+    """Where a benchmark with --output `root` keeps the step-1 weights of LABELENC's run."""
+    return root / "runs" / f"{LABELENC}-{seed}" / "step1" / "model_final.pth"
+
+
+def missing_step1(root: Path, seed: int, regime: str) -> Optional[str]:
+    """What the --output folder `root` lacks to start a step-2 variant of `seed` from its
+    LABELENC run (its step-1 weights, its record in results.jsonl of `regime`); None if
+    nothing."""
+    if not step1_weights(root, seed).is_file():
+        return f"no step-1 weights {step1_weights(root, seed)}"
+    records = checked_results(root / "results.jsonl", regime)
+    if not any(r["contender"] == LABELENC and r["seed"] == seed for r in records):
+        return f"no record of '{LABELENC}' seed {seed} in {root / 'results.jsonl'}"
+    return None
 
 
 def evaluate(model, cfg, mapper=None) -> Dict[str, float]:
@@ -802,6 +825,10 @@ def _parser() -> argparse.ArgumentParser:
                              "run's seed still draws the image order and augmentation: "
                              "tells initialisation from data as a source of variance "
                              "(default output: the regime's folder / init_seed_N)")
+    parser.add_argument("--step1-from", metavar="DIR",
+                        help="LabelEnc's step-2 variants start from the step 1 of the "
+                             f"'{LABELENC}' runs in DIR (an earlier --output of the same "
+                             "regime) instead of training it in this --output")
     parser.add_argument("opts", nargs=argparse.REMAINDER, default=[],
                         help="config overrides for every contender (KEY VALUE ...); use a "
                              "separate --output for runs with other overrides")
@@ -821,7 +848,7 @@ def main() -> None:
 
         results = run_one(args.run, args.seed, str(output / "runs" / f"{args.run}-{args.seed}"),
                           args.opts, regime=args.regime, diagnostics=args.diagnostics,
-                          init_seed=args.init_seed)
+                          init_seed=args.init_seed, step1_from=args.step1_from)
         with open(output / "results.jsonl", "a") as f:
             f.write("".join(json.dumps(r) + "\n" for r in results))
         return
@@ -858,6 +885,11 @@ def main() -> None:
     unknown = [c for c in chosen if c not in names]
     if unknown:
         parser.error(f"unknown contenders {unknown}; --list prints the names")
+    if args.step1_from and any(c in STEP2_VARIANTS for c in chosen):
+        missing = [missing_step1(Path(args.step1_from), seed, args.regime)
+                   for seed in args.seeds or REGIMES[args.regime].seeds]
+        if any(missing):
+            parser.error(f"--step1-from {args.step1_from}: {'; '.join(filter(None, missing))}")
     run_benchmark(chosen, names, args, output)
 
 
@@ -875,8 +907,10 @@ def run_benchmark(chosen: List[str], names: List[str], args, output: Path) -> No
     todo = [(c, s) for s in seeds for c in to_train if (c, s) not in done]
     extra = [*(["--regime", args.regime] if args.regime != "shapes" else []),
              *(["--diagnostics"] if args.diagnostics else []),
-             *(["--init-seed", str(args.init_seed)] if args.init_seed is not None else [])]
-    _run_all(todo, args.jobs, output, args.opts, extra_args=extra)
+             *(["--init-seed", str(args.init_seed)] if args.init_seed is not None else []),
+             *(["--step1-from", str(args.step1_from)] if args.step1_from else [])]
+    _run_all(todo, args.jobs, output, args.opts, extra_args=extra,
+             step2_waits=not args.step1_from)
     # every contender with runs in the file, also those of earlier invocations
     results = checked_results(output / "results.jsonl", args.regime)
     table = summarise(results, names) + "\n\n" + summarise_times(results, names)
@@ -952,27 +986,28 @@ def _prepare_datasets(regime: str = "shapes") -> None:
         _ensure_split(regime, split, count)
 
 
-def _next_ready(todo, running):
+def _next_ready(todo, running, step2_waits: bool = True):
     """The index of the first (contender, seed) of `todo` that can start: a step-2 variant
-    waits for LabelEnc's run of its seed, whose step 1 it starts from; None if none can."""
+    waits for LabelEnc's run of its seed, whose step 1 it starts from (unless not
+    `step2_waits`: its step 1 comes from elsewhere); None if none can."""
     waiting = {(name, seed) for name, seed in todo} | {(r[0], r[1]) for r in running}
     for index, (name, seed) in enumerate(todo):
-        if name not in STEP2_VARIANTS or (LABELENC, seed) not in waiting:
+        if name not in STEP2_VARIANTS or not step2_waits or (LABELENC, seed) not in waiting:
             return index
     return None
 
 
 def _run_all(todo, jobs: int, output: Path, opts: List[str], script: str = __file__,
-             extra_args: List[str] = ()) -> None:
+             extra_args: List[str] = (), step2_waits: bool = True) -> None:
     """Runs each (contender, seed) in a child process, `jobs` at a time: ``script --run NAME
     --seed SEED --output OUTPUT EXTRA_ARGS OPTS`` (tools/mask_quality.py reuses it with its
-    own script)."""
+    own script). Step-2 variants wait for LabelEnc's run of their seed if `step2_waits`."""
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join([str(REPO / "tools"), os.environ.get("PYTHONPATH", "")]))
     running = []
     while todo or running:
-        while len(running) < jobs and _next_ready(todo, running) is not None:
-            name, seed = todo.pop(_next_ready(todo, running))
+        while len(running) < jobs and _next_ready(todo, running, step2_waits) is not None:
+            name, seed = todo.pop(_next_ready(todo, running, step2_waits))
             log = open(output / f"log-{name.replace(' ', '_')}-{seed}.txt", "w")
             cmd = [sys.executable, script, "--run", name, "--seed", str(seed), "--output",
                    str(output), *extra_args, *opts]
