@@ -548,8 +548,7 @@ def run_step2_variant(name: str, seed: int, output_dir: str, opts: List[str],
         where = f"--step1-from {root}" if step1_from else "--output"
         raise FileNotFoundError(f"{name} seed {seed}: {problem}; run the contender "
                                 f"'{LABELENC}' with this seed (and {where}) first")
-    record = next(r for r in load_results(root / "results.jsonl")
-                  if r["contender"] == LABELENC and r["seed"] == seed)
+    record = labelenc_record(root, seed, regime)
     step1_record = {k: record[k] for k in ("final_losses_step1", "step1_AP", "step1_lef_AP",
                                            "train_seconds_step1") if k in record}
     return run_labelenc_step2(name, seed, output_dir, opts, str(step1_weights(root, seed)),
@@ -565,12 +564,18 @@ def missing_step1(root: Path, seed: int, regime: str) -> Optional[str]:
     """What the --output folder `root` lacks to start a step-2 variant of `seed` from its
     LABELENC run (its step-1 weights, its record in results.jsonl of `regime`); None if
     nothing."""
-    if not step1_weights(root, seed).is_file():
-        return f"no step-1 weights {step1_weights(root, seed)}"
-    records = checked_results(root / "results.jsonl", regime)
-    if not any(r["contender"] == LABELENC and r["seed"] == seed for r in records):
+    weights = step1_weights(root, seed)
+    if not weights.is_file():
+        return f"no step-1 weights {weights}"
+    if labelenc_record(root, seed, regime) is None:
         return f"no record of '{LABELENC}' seed {seed} in {root / 'results.jsonl'}"
     return None
+
+
+def labelenc_record(root: Path, seed: int, regime: str) -> Optional[dict]:
+    """The record of LABELENC's run of `seed` in `root`/results.jsonl (of `regime`), if any."""
+    return next((r for r in checked_results(root / "results.jsonl", regime)
+                 if r["contender"] == LABELENC and r["seed"] == seed), None)
 
 
 def evaluate(model, cfg, mapper=None) -> Dict[str, float]:
