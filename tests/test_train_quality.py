@@ -238,13 +238,14 @@ def test_a_step2_variant_waits_for_labelenc_of_its_seed():
     assert tq._next_ready([(variant, 0)], running=[(tq.LABELENC, 1, None, 0.0)]) == 0
 
 
-def _stored_step1(root, seed, regime="thin"):
-    """An earlier benchmark's folder with LabelEnc's run of `seed`: its record, its weights."""
+def _stored_step1(root, seed, regime="thin", **opts):
+    """An earlier benchmark's folder with LabelEnc's run of `seed`: its record (with its
+    overrides `opts` if given), its weights."""
     weights = tq.step1_weights(root, seed)
     weights.parent.mkdir(parents=True)
     weights.write_bytes(b"weights")
     record = {"contender": tq.LABELENC, "seed": seed, "regime": regime, "step1_AP": 1.5,
-              "step1_lef_AP": 70.0, "train_seconds_step1": 9.0, "AP": 30.0}
+              "step1_lef_AP": 70.0, "train_seconds_step1": 9.0, "AP": 30.0, **opts}
     (root / "results.jsonl").write_text(json.dumps(record) + "\n")
 
 
@@ -273,6 +274,16 @@ def test_a_stored_step1_needs_its_record_of_the_same_regime(tmp_path):
     _stored_step1(tmp_path / "shapes", 1, regime="shapes")
     with pytest.raises(SystemExit, match="regime \\['shapes'\\]"):
         tq.missing_step1(tmp_path / "shapes", 1, "thin")
+
+
+def test_a_stored_step1_trained_with_other_overrides_is_refused_whatever_the_device(tmp_path):
+    _stored_step1(tmp_path, 1, opts=["SOLVER.MAX_ITER", "20", "MODEL.DEVICE", "cuda"])
+    assert tq.missing_step1(tmp_path, 1, "thin", ["SOLVER.MAX_ITER", 20]) is None
+    problem = tq.missing_step1(tmp_path, 1, "thin", [])
+    assert problem == (f"'{tq.LABELENC}' seed 1 ran with the overrides ['SOLVER.MAX_ITER', "
+                       "'20', 'MODEL.DEVICE', 'cuda'], not none")
+    _stored_step1(tmp_path / "older", 1)  # a record from before records kept their overrides
+    assert tq.missing_step1(tmp_path / "older", 1, "thin", ["SOLVER.MAX_ITER", 20]) is None
 
 
 def test_with_step1_from_elsewhere_a_step2_variant_does_not_wait_and_its_child_is_told(tmp_path):
@@ -338,11 +349,27 @@ def test_a_variant_may_change_the_schedule():
     assert _cfg("fcos-d2 official").SOLVER.WARMUP_ITERS == 50
 
 
-def test_records_of_the_thin_regime_carry_it_and_shapes_records_stay_as_they_were(monkeypatch):
+def test_records_carry_their_overrides_and_those_of_the_thin_regime_carry_it(monkeypatch):
     monkeypatch.setattr(tq, "_run_one", lambda *args: [{"contender": "x", "AP": 1.0}])
     assert tq.run_one("x", 0, "unused", [], regime="thin") == \
-        [{"contender": "x", "AP": 1.0, "regime": "thin"}]
-    assert tq.run_one("x", 0, "unused", []) == [{"contender": "x", "AP": 1.0}]
+        [{"contender": "x", "AP": 1.0, "opts": [], "regime": "thin"}]
+    assert tq.run_one("x", 0, "unused", ["SOLVER.MAX_ITER", 20]) == \
+        [{"contender": "x", "AP": 1.0, "opts": ["SOLVER.MAX_ITER", "20"]}]
+
+
+def test_the_command_refuses_an_output_whose_runs_had_other_overrides(tmp_path, monkeypatch):
+    record = {"contender": tq.RECIPE, "seed": 0, "AP": 5.0, "opts": ["SOLVER.MAX_ITER", "20"]}
+    (tmp_path / "results.jsonl").write_text(json.dumps(record) + "\n")
+    monkeypatch.setattr(tq, "_run_all", lambda *args, **kwargs: pytest.fail("trained"))
+    monkeypatch.setattr(sys, "argv", ["train_quality.py", "--contenders", tq.RECIPE,
+                                      "--seeds", "0", "1", "--output", str(tmp_path)])
+    with pytest.raises(SystemExit, match=(
+            f"results.jsonl: '{tq.RECIPE}' seed 0 ran with the overrides \\['SOLVER.MAX_ITER', "
+            "'20'\\], not none; use another --output")):
+        tq.main()
+    assert (tmp_path / "results.jsonl").read_text() == json.dumps(record) + "\n"
+    # the same overrides, or another device only, are this folder's: its record stays done
+    assert tq.other_overrides([record], ["MODEL.DEVICE", "cuda", "SOLVER.MAX_ITER", 20]) is None
 
 
 def test_results_of_another_regime_are_refused(tmp_path):

@@ -383,8 +383,9 @@ def run_one(name: str, seed: int, output_dir: str, opts: List[str], regime: str 
     those of each inference-only variant based on it (``EVAL_VARIANTS``). Records of a
     regime other than "shapes" carry its name ("regime"). With `init_seed`, the weights are
     initialised from it instead of `seed` (``train``), and the records carry it. A step-2
-    variant starts from the LABELENC run in `step1_from` (default: beside it)."""
-    tag = {} if regime == "shapes" else {"regime": regime}
+    variant starts from the LABELENC run in `step1_from` (default: beside it). Every record
+    carries the overrides it ran with ("opts")."""
+    tag = {"opts": [str(o) for o in opts], **({} if regime == "shapes" else {"regime": regime})}
     if init_seed is not None:
         tag["init_seed"] = init_seed
     return [{**record, **tag} for record in _run_one(name, seed, output_dir, opts, regime,
@@ -543,7 +544,7 @@ def run_step2_variant(name: str, seed: int, output_dir: str, opts: List[str],
     the same seed, which must have run first: in the same --output, or in the --output
     folder `step1_from` (an earlier benchmark's, of the same regime)."""
     root = Path(step1_from) if step1_from else Path(output_dir).parents[1]
-    problem = missing_step1(root, seed, regime)
+    problem = missing_step1(root, seed, regime, opts)
     if problem:
         where = f"--step1-from {root}" if step1_from else "--output"
         raise FileNotFoundError(f"{name} seed {seed}: {problem}; run the contender "
@@ -560,15 +561,37 @@ def step1_weights(root: Path, seed: int) -> Path:
     return root / "runs" / f"{LABELENC}-{seed}" / "step1" / "model_final.pth"
 
 
-def missing_step1(root: Path, seed: int, regime: str) -> Optional[str]:
+def missing_step1(root: Path, seed: int, regime: str,
+                  opts: Optional[List[str]] = None) -> Optional[str]:
     """What the --output folder `root` lacks to start a step-2 variant of `seed` from its
-    LABELENC run (its step-1 weights, its record in results.jsonl of `regime`); None if
-    nothing."""
+    LABELENC run (its step-1 weights, its record in results.jsonl of `regime`, trained with
+    the overrides `opts` if given); None if nothing."""
     weights = step1_weights(root, seed)
     if not weights.is_file():
         return f"no step-1 weights {weights}"
-    if labelenc_record(root, seed, regime) is None:
+    record = labelenc_record(root, seed, regime)
+    if record is None:
         return f"no record of '{LABELENC}' seed {seed} in {root / 'results.jsonl'}"
+    return None if opts is None else other_overrides([record], opts)
+
+
+def model_overrides(opts: List[str]) -> List[str]:
+    """`opts` (KEY VALUE ...) as strings, without MODEL.DEVICE: the overrides that change
+    what a run trains (the device changes only where it trains)."""
+    opts = [str(o) for o in opts]
+    pairs = [opts[i:i + 2] for i in range(0, len(opts), 2)]
+    return [item for pair in pairs if pair[0] != "MODEL.DEVICE" for item in pair]
+
+
+def other_overrides(records: List[dict], opts: List[str]) -> Optional[str]:
+    """The first of `records` trained with other overrides than `opts` (MODEL.DEVICE aside),
+    described; None if none. A record without "opts" (written before records kept them)
+    cannot be checked and passes."""
+    wanted = model_overrides(opts)
+    for record in records:
+        if "opts" in record and model_overrides(record["opts"]) != wanted:
+            return (f"'{record['contender']}' seed {record['seed']} ran with the overrides "
+                    f"{record['opts'] or 'none'}, not {list(opts) or 'none'}")
     return None
 
 
@@ -835,8 +858,9 @@ def _parser() -> argparse.ArgumentParser:
                              f"'{LABELENC}' runs in DIR (an earlier --output of the same "
                              "regime) instead of training it in this --output")
     parser.add_argument("opts", nargs=argparse.REMAINDER, default=[],
-                        help="config overrides for every contender (KEY VALUE ...); use a "
-                             "separate --output for runs with other overrides")
+                        help="config overrides for every contender (KEY VALUE ...); runs "
+                             "with other overrides (MODEL.DEVICE aside) need another "
+                             "--output: the command refuses to mix them")
     parser.add_argument("--run", help=argparse.SUPPRESS)  # child: one contender ...
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)  # ... and one seed
     return parser
@@ -891,7 +915,7 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown contenders {unknown}; --list prints the names")
     if args.step1_from and any(c in STEP2_VARIANTS for c in chosen):
-        missing = [missing_step1(Path(args.step1_from), seed, args.regime)
+        missing = [missing_step1(Path(args.step1_from), seed, args.regime, args.opts)
                    for seed in args.seeds or REGIMES[args.regime].seeds]
         if any(missing):
             parser.error(f"--step1-from {args.step1_from}: {'; '.join(filter(None, missing))}")
@@ -903,6 +927,10 @@ def run_benchmark(chosen: List[str], names: List[str], args, output: Path) -> No
     ``output/results.jsonl``, then writes and prints the table of every contender there."""
     output.mkdir(parents=True, exist_ok=True)
     results = checked_results(output / "results.jsonl", args.regime)
+    clash = other_overrides(results, args.opts)
+    if clash:  # its runs would count as done, and one table would mix two settings
+        raise SystemExit(f"{output / 'results.jsonl'}: {clash}; use another --output for "
+                         "these overrides")
     _prepare_datasets(args.regime)
     done = {(r["contender"], r["seed"]) for r in results}
     # an inference-only variant comes with its base contender's run
