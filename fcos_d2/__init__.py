@@ -8,6 +8,10 @@ from .config import add_fcos_config, get_config_file
 from .modeling import (FCOS, FCOSHead, FCOSProposalGenerator, FCOSWithTTA,  # noqa: E402
                        build_fcos_resnet_fpn_backbone, fold_frozen_batchnorm)
 
+# Side effects: the members of the family register their META_ARCHs, config nodes
+# (add_fcos_config adds them) and checkpoint layouts. The core imports none of them.
+from .modeling import labelenc, sipmask  # noqa: E402,F401
+
 from .export import Predictor  # noqa: E402
 from . import model_zoo  # noqa: E402,F401  (fcos_d2.model_zoo.get(name), fcos-d2://NAME)
 

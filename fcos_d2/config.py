@@ -5,10 +5,14 @@ targets, centerness on the regression branch, P6/P7 from P5), which the official
 reports at 38.7 COCO AP for R-50 1x.
 
 ``add_checkpoint_config`` (called by ``add_fcos_config``) adds the keys of MODEL.WEIGHTS'
-loading: ``MODEL.WEIGHTS_ALLOW_PICKLE`` and ``MODEL.WEIGHTS_SHA256``; ``add_labelenc_config``
-(fcos_d2/modeling/labelenc/config.py) adds ``MODEL.LABELENC``.
+loading: ``MODEL.WEIGHTS_ALLOW_PICKLE`` and ``MODEL.WEIGHTS_SHA256``.
+
+Members of the family add their own nodes (``MODEL.SIPMASK``, ``MODEL.LABELENC``, ...)
+through :func:`register_config_node`: the core names no member, and ``add_fcos_config``
+calls every registered function, in the order they registered.
 """
 import re
+from typing import Callable, List
 
 from detectron2.config import CfgNode as CN
 
@@ -38,17 +42,37 @@ def _config_names():
                   if p.suffix in (".yaml", ".py"))
 
 
+ConfigNodeAdder = Callable[[CN], None]
+_CONFIG_NODES: List[ConfigNodeAdder] = []
+
+
+def register_config_node(add: ConfigNodeAdder) -> ConfigNodeAdder:
+    """Registers ``add(cfg)``, a function that adds a config node in place (safe to call
+    twice), so that :func:`add_fcos_config` adds it too. Usable as a decorator; registering
+    the same function again changes nothing.
+
+    >>> @register_config_node
+    ... def add_toy_config(cfg): cfg.MODEL.TOY = CN({"WIDTH": 8})
+    """
+    if add not in _CONFIG_NODES:
+        _CONFIG_NODES.append(add)
+    return add
+
+
+def registered_config_nodes() -> List[ConfigNodeAdder]:
+    """The registered node adders, in registration order."""
+    return list(_CONFIG_NODES)
+
+
 def add_fcos_config(cfg: CN) -> None:
-    """Adds the ``MODEL.FCOS`` node (and ``add_checkpoint_config``'s keys) to ``cfg`` in
-    place. Safe to call twice."""
+    """Adds the ``MODEL.FCOS`` node, ``add_checkpoint_config``'s keys, ``TEST.REPORT`` and
+    every node registered with :func:`register_config_node` to ``cfg`` in place. Safe to
+    call twice."""
     add_checkpoint_config(cfg)
     add_report_config(cfg)  # TEST.REPORT: report.html after each evaluation
-    from .modeling.sipmask.config import add_sipmask_config  # (not at import: no cycle)
-    add_sipmask_config(cfg)
-    from .modeling.labelenc.config import add_labelenc_config  # here: no import cycle
-    add_labelenc_config(cfg)  # MODEL.LABELENC: LabelEnc's two-step training
-    from .engine.optimizer import add_optimizer_config
-    add_optimizer_config(cfg)  # SOLVER.OPTIMIZER: SGD or AdamW
+    add_solver_config(cfg)  # SOLVER.OPTIMIZER: SGD or AdamW
+    for add in _CONFIG_NODES:  # members' nodes (MODEL.SIPMASK, MODEL.LABELENC, ...)
+        add(cfg)
     if "FCOS" in cfg.MODEL:
         return
     cfg.MODEL.FCOS = _C = CN()
@@ -185,6 +209,17 @@ def add_fcos_config(cfg: CN) -> None:
     add_fast_inference_config(_C)
     from .modeling.training_options import add_training_options_config
     add_training_options_config(_C)  # ASSIGNER, ATSS_TOPK, CLS_LOSS (ATSS, quality focal)
+
+
+def add_solver_config(cfg: CN) -> None:
+    """Adds ``SOLVER.OPTIMIZER`` and ``SOLVER.ADAMW_BETAS`` to ``cfg`` in place. Safe to
+    call twice."""
+    if "OPTIMIZER" not in cfg.SOLVER:
+        # "SGD": detectron2's (SOLVER.MOMENTUM, NESTEROV). "ADAMW": torch.optim.AdamW with
+        # the same parameter groups, lr schedule and gradient clipping.
+        cfg.SOLVER.OPTIMIZER = "SGD"
+    if "ADAMW_BETAS" not in cfg.SOLVER:
+        cfg.SOLVER.ADAMW_BETAS = (0.9, 0.999)  # AdamW's (beta1, beta2)
 
 
 def add_checkpoint_config(cfg: CN) -> None:

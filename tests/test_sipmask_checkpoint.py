@@ -10,8 +10,8 @@ from detectron2.config import get_cfg
 from detectron2.modeling import build_model
 
 from fcos_d2 import add_fcos_config
-from fcos_d2.checkpoint import (FROZEN_BN_EPS, CheckpointMismatchError, check_matches_model,
-                                convert_sipmask_key, convert_sipmask_state_dict)
+from fcos_d2.checkpoint import FROZEN_BN_EPS, CheckpointMismatchError, check_matches_model
+from fcos_d2.modeling.sipmask import convert_sipmask_key, convert_sipmask_state_dict
 
 REPO = Path(__file__).resolve().parents[1]
 Shape = Tuple[int, ...]

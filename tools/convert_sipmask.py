@@ -9,7 +9,7 @@ Usage:
 SipMask_R50_1x.pth and SipMask_R101_3x.pth are the models published with
 JialeCao001/SipMask (folder SipMask-benchmark). With --config-file, the result is also
 checked against the model that config builds: every parameter filled, none left over (the
-key mapping: fcos_d2/checkpoint/sipmask.py).
+key mapping: fcos_d2/modeling/sipmask/checkpoint.py).
 """
 import sys
 from pathlib import Path
@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # tools/: the shared c
 
 from convert_official_fcos import convert_file  # noqa: E402  (also puts the repo on the path)
 
-from fcos_d2.checkpoint import convert_sipmask_state_dict  # noqa: E402
+from fcos_d2.modeling.sipmask import convert_sipmask_state_dict  # noqa: E402
 
 
 def main() -> None:

@@ -11,18 +11,7 @@ from detectron2.config import CfgNode as CN
 from detectron2.solver import build_optimizer as build_sgd
 from detectron2.solver.build import get_default_optimizer_params, maybe_add_gradient_clipping
 
-OPTIMIZERS = ("SGD", "ADAMW")
-
-
-def add_optimizer_config(cfg: CN) -> None:
-    """Adds ``SOLVER.OPTIMIZER`` and ``SOLVER.ADAMW_BETAS`` to ``cfg`` in place. Safe to
-    call twice."""
-    if "OPTIMIZER" not in cfg.SOLVER:
-        # "SGD": detectron2's (SOLVER.MOMENTUM, NESTEROV). "ADAMW": torch.optim.AdamW with
-        # the same parameter groups, lr schedule and gradient clipping.
-        cfg.SOLVER.OPTIMIZER = "SGD"
-    if "ADAMW_BETAS" not in cfg.SOLVER:
-        cfg.SOLVER.ADAMW_BETAS = (0.9, 0.999)  # AdamW's (beta1, beta2)
+OPTIMIZERS = ("SGD", "ADAMW")  # SOLVER.OPTIMIZER (fcos_d2.config.add_solver_config)
 
 
 def build_optimizer(cfg: CN, model: torch.nn.Module) -> torch.optim.Optimizer:

@@ -1,4 +1,5 @@
-"""Layers FCOS needs beyond detectron2's: a per-level scale and a deformable conv.
+"""Layers FCOS and its family need beyond detectron2's: a per-level scale, a deformable
+conv and a depthwise-separable conv.
 
 The deformable conv is built on ``torchvision.ops.deform_conv2d`` so that it runs on the
 CPU and on any GPU without detectron2's C++ extension.
@@ -72,6 +73,46 @@ class DeformConv2d(nn.Module):
             offset, mask = offset[:, :2 * num_mask], offset[:, 2 * num_mask:].sigmoid()
         x = deform_conv2d(x, offset, self.weight, self.bias, stride=self.stride,
                           padding=self.padding, dilation=self.dilation, mask=mask)
+        if self.norm is not None:
+            x = self.norm(x)
+        if self.activation is not None:
+            x = self.activation(x)
+        return x
+
+
+class SeparableConv2d(nn.Module):
+    """A depthwise-separable conv: a depthwise ``kernel_size`` conv (dilated by
+    ``dilation``, padded to keep the size at stride 1), then a pointwise 1x1 conv to
+    ``out_channels``, then ``norm`` and ``activation`` when given. Shared by the searched
+    heads and FPNs of the family (NAS-FCOS, FAD).
+
+    Parameters: ``depthwise.weight``, ``pointwise.weight`` (and ``pointwise.bias`` when
+    ``bias``), ``norm.*`` when a norm is given.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int = 3,
+        *,
+        stride: int = 1,
+        dilation: int = 1,
+        bias: bool = False,
+        norm: Optional[nn.Module] = None,
+        activation: Optional[nn.Module] = None,
+    ):
+        super().__init__()
+        padding = dilation * (kernel_size - 1) // 2
+        self.depthwise = nn.Conv2d(in_channels, in_channels, kernel_size, stride=stride,
+                                   padding=padding, dilation=dilation, groups=in_channels,
+                                   bias=False)
+        self.pointwise = nn.Conv2d(in_channels, out_channels, 1, bias=bias)
+        self.norm = norm
+        self.activation = activation
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.pointwise(self.depthwise(x))  # (N, C_in, H, W) -> (N, C_out, H', W')
         if self.norm is not None:
             x = self.norm(x)
         if self.activation is not None:

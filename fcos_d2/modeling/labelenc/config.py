@@ -6,10 +6,13 @@ LEF's features as an intermediate target. See ``fcos_d2/modeling/labelenc/__init
 """
 from detectron2.config import CfgNode as CN
 
+from ...config import register_config_node
+
 STEPS = (0, 1, 2)
 STEP2_BACKBONES = ("weights", "step1")
 
 
+@register_config_node  # add_fcos_config adds it
 def add_labelenc_config(cfg: CN) -> None:
     """Adds ``MODEL.LABELENC`` to ``cfg`` in place. Safe to call twice."""
     if "LABELENC" in cfg.MODEL:

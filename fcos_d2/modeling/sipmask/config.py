@@ -6,7 +6,10 @@ SipMask also reads ``MODEL.FCOS`` (head, assignment, box losses, detections) and
 """
 from detectron2.config import CfgNode as CN
 
+from ...config import register_config_node
 
+
+@register_config_node  # add_fcos_config adds it
 def add_sipmask_config(cfg: CN) -> None:
     """Adds the ``MODEL.SIPMASK`` node to ``cfg`` in place. Safe to call twice."""
     if "SIPMASK" in cfg.MODEL:

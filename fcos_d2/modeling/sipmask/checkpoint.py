@@ -19,12 +19,13 @@ SipMask parts keep their names under ``head.``:
 Their classification tower has one conv fewer than the box tower (``cls_tower.0-8``
 against ``bbox_tower.0-11`` for NUM_CONVS 4), as fcos-d2's SipMaskHead.
 """
-from typing import Dict, List, Tuple
+from typing import Dict, List, Sequence, Tuple
 
-from torch import Tensor
+from torch import Tensor, nn
 
-from .official import (OFFICIAL_RULES, CheckpointMismatchError, convert_official_state_dict,
-                       rename_by_rules)
+from ...checkpoint.layouts import CheckpointLayout, register_checkpoint_layout
+from ...checkpoint.official import (OFFICIAL_RULES, CheckpointMismatchError,
+                                    convert_official_state_dict, rename_by_rules)
 
 _SIPMASK_RULES: List[Tuple[str, str]] = [
     (r"^rpn\.head\.(feat_align\.(?:conv_offset\.weight|conv_adaption\.(?:weight|bias)|"
@@ -54,3 +55,18 @@ def convert_sipmask_state_dict(state_dict: Dict[str, Tensor]) -> Dict[str, Tenso
             "checkpoint converts with tools/convert_official_fcos.py)")
     return convert_official_state_dict(state_dict, rules=SIPMASK_RULES,
                                        source="SipMask-benchmark")
+
+
+def _is_sipmask(keys: Sequence[str]) -> bool:
+    return any(key.startswith("rpn.head.sip_cof.") for key in keys)
+
+
+def _convert(state_dict: Dict[str, Tensor], model: nn.Module
+             ) -> Tuple[Dict[str, Tensor], List[str]]:
+    return (convert_sipmask_state_dict(state_dict),
+            ["frozen BN variances lowered by 1e-5 for detectron2's epsilon"])
+
+
+# Before "official" (priority 0): a SipMask-benchmark checkpoint has the official keys too.
+register_checkpoint_layout(CheckpointLayout(
+    "sipmask", "a SipMask-benchmark checkpoint", _is_sipmask, _convert, priority=10))
