@@ -1,5 +1,4 @@
 import os
-import sys
 from pathlib import Path
 
 # Under pytest-xdist (`make test` runs 2 workers), each worker and the processes its tests
@@ -10,9 +9,6 @@ if _WORKERS > 1 and "OMP_NUM_THREADS" not in os.environ:
     os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // _WORKERS))
 
 import pytest
-
-# Test helpers (e.g. reference_case.py) import by module name.
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fcos_d2  # noqa: E402,F401  (before detectron2: compatibility shims)
 
