@@ -65,13 +65,12 @@ class Trainer(DefaultTrainer):
     that use FCOSDatasetMapper and drop invalid boxes, atomic checkpoints (FCOSCheckpointer),
     exact resume (data stream and RNG states in the checkpoints), a stop on a non-finite loss,
     a checkpoint and exit status 75 on a preemption signal, heartbeat progress reports, a
-    warning when OUTPUT_DIR is short of space,
-    SOLVER.AMP.ENABLED on the CPU (bf16 autocast where the CPU has native bf16, float32
-    elsewhere unless MODEL.FCOS.CPU_BF16 says "always"; detectron2's AMPTrainer is
-    CUDA-only), the backbone and head compiled with MODEL.FCOS.COMPILE, and
-    optionally no evaluation after the last iteration (``skip_final_eval``); the steps of
-    the registered trainer extensions that apply to the config (``trainer_extensions_for``).
-    """
+    warning when OUTPUT_DIR is short of space, SOLVER.AMP.ENABLED on the CPU (bf16 autocast
+    where the CPU has native bf16, float32 elsewhere unless MODEL.FCOS.CPU_BF16 says
+    "always"; detectron2's AMPTrainer is CUDA-only), the backbone and head compiled with
+    MODEL.FCOS.COMPILE, optionally no evaluation after the last iteration
+    (``skip_final_eval``), and the steps of the registered trainer extensions that apply to
+    the config (``trainer_extensions_for``)."""
 
     def __init__(self, cfg, skip_final_eval: bool = False):
         self.skip_final_eval = skip_final_eval  # read by build_hooks, in super().__init__
@@ -209,6 +208,10 @@ class _PeriodicEvalHook(hooks.EvalHook):
 
 
 def setup(args):
+    """The frozen config of the command line ``args``: the config file, then the overrides;
+    MODEL.DEVICE cpu where CUDA is missing; the ``--register-coco`` datasets registered and
+    checked against MODEL.FCOS.NUM_CLASSES; the extensions' ``check_config`` and
+    ``adjust_config``; detectron2's ``default_setup`` (OUTPUT_DIR, logs, seed)."""
     cfg = get_cfg()
     add_fcos_config(cfg)
     cfg.merge_from_file(args.config_file)
@@ -233,19 +236,29 @@ def setup(args):
     return cfg
 
 
+def evaluate_weights(cfg, resume: bool = False):
+    """``--eval-only``: (results, model) of MODEL.WEIGHTS (with ``resume``, of OUTPUT_DIR's
+    last checkpoint if any), also with test-time augmentation under TEST.AUG.ENABLED,
+    verified against TEST.EXPECTED_RESULTS."""
+    model = Trainer.build_model(cfg)
+    checkpoint = FCOSCheckpointer.from_config(cfg, model, cfg.OUTPUT_DIR).resume_or_load(
+        cfg.MODEL.WEIGHTS, resume=resume)
+    iteration = checkpoint.get("iteration")  # the 0-based iteration the weights are from
+    iterations = None if iteration is None else iteration + 1
+    results = Trainer.test(cfg, model, iterations=iterations)
+    if cfg.TEST.AUG.ENABLED:
+        results.update(Trainer.test_with_TTA(cfg, model, iterations=iterations))
+    if comm.is_main_process():
+        verify_results(cfg, results)
+    return results, model
+
+
 def main(args):
+    """One worker's training (or, with ``--eval-only``, evaluation) of the command line
+    ``args``; then, with ``--vis-val N``, pictures of N predictions. Returns the results."""
     cfg = setup(args)
     if args.eval_only:
-        model = Trainer.build_model(cfg)
-        checkpoint = FCOSCheckpointer.from_config(cfg, model, cfg.OUTPUT_DIR).resume_or_load(
-            cfg.MODEL.WEIGHTS, resume=args.resume)
-        iteration = checkpoint.get("iteration")  # the 0-based iteration the weights are from
-        iterations = None if iteration is None else iteration + 1
-        results = Trainer.test(cfg, model, iterations=iterations)
-        if cfg.TEST.AUG.ENABLED:
-            results.update(Trainer.test_with_TTA(cfg, model, iterations=iterations))
-        if comm.is_main_process():
-            verify_results(cfg, results)
+        results, model = evaluate_weights(cfg, resume=args.resume)
     else:
         trainer = Trainer(cfg, skip_final_eval=args.skip_test)
         trainer.resume_or_load(resume=args.resume)
@@ -260,6 +273,7 @@ def main(args):
 
 
 def argument_parser():
+    """detectron2's arguments, the launcher's (fcos_d2.engine.launch) and fcos-d2's own."""
     parser = add_launcher_arguments(default_argument_parser())
     parser.add_argument("--skip-test", action="store_true",
                         help="do not evaluate after the last iteration (periodic evaluations stay)")
