@@ -59,6 +59,12 @@ def register_config_node(add: ConfigNodeAdder) -> ConfigNodeAdder:
     return add
 
 
+def unregister_config_node(add: ConfigNodeAdder) -> None:
+    """Removes ``add`` from the registered node adders (nothing if it is not there)."""
+    if add in _CONFIG_NODES:
+        _CONFIG_NODES.remove(add)
+
+
 def registered_config_nodes() -> List[ConfigNodeAdder]:
     """The registered node adders, in registration order."""
     return list(_CONFIG_NODES)

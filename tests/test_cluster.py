@@ -22,9 +22,8 @@ from fcos_d2.engine.heartbeat import STALLED_EXIT_CODE, Heartbeat
 from fcos_d2.engine.preemption import PREEMPTED_EXIT_CODE, parse_signals
 from fcos_d2.engine.slurm import (SlurmError, apply_slurm_environment, expand_nodelist,
                                   slurm_launch_settings)
+from fcos_d2.engine.trainer import argument_parser
 from test_training_faults import argv, free_port, log_of, max_weight_difference
-
-import train_net
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +62,7 @@ def test_under_srun_the_launch_comes_from_slurms_environment():
 
 
 def test_flags_win_over_slurm_and_a_disagreement_names_both_values():
-    parser = train_net.argument_parser()
+    parser = argument_parser()
     environ = srun_environment(1, SLURM_GPUS_ON_NODE="8")
     args = apply_slurm_environment(parser, ["--config-file", "x.yaml"], environ)
     assert (args.num_machines, args.machine_rank, args.num_gpus) == (2, 1, 8)

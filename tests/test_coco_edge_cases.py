@@ -120,7 +120,7 @@ def tiny_cfg(output_dir: Path):
 
 
 def test_training_with_odd_ids_and_an_empty_image_evaluates_every_test_set(datasets, tmp_path):
-    from train_net import Trainer  # the repository root is on sys.path (python -m pytest)
+    from fcos_d2.engine.trainer import Trainer
 
     trainer = Trainer(tiny_cfg(tmp_path))
     trainer.resume_or_load(resume=False)

@@ -16,7 +16,8 @@ from torch import nn
 from fcos_d2 import add_fcos_config
 from fcos_d2.engine import compile as compile_module
 from fcos_d2.engine.compile import compile_in_place, compiler_missing
-from tiny_training import load_train_net, register_two_images
+from fcos_d2.engine.trainer import Trainer
+from tiny_training import register_two_images
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -114,14 +115,13 @@ def test_train_net_trains_compiled_and_saves_the_plain_keys(tmp_path, caplog):
     missing = compiler_missing("cpu")
     if missing:
         pytest.skip(f"torch.compile cannot run here: {missing}")
-    train_net = load_train_net()
     register_two_images(tmp_path, "compile_tiny")
     cfg = _tiny_cfg("MODEL.FCOS.COMPILE", True, "SOLVER.AMP.ENABLED", False,
                     "SOLVER.IMS_PER_BATCH", 2, "SOLVER.MAX_ITER", 2,
                     "DATALOADER.NUM_WORKERS", 0, "DATASETS.TRAIN", ("compile_tiny",),
                     "DATASETS.TEST", (), "OUTPUT_DIR", str(tmp_path / "output"))
     with caplog.at_level(logging.INFO, logger="fcos_d2"):
-        trainer = train_net.Trainer(cfg, skip_final_eval=True)
+        trainer = Trainer(cfg, skip_final_eval=True)
         trainer.resume_or_load(resume=False)
         trainer.train()
     said = [r.message for r in caplog.records if r.message.startswith("MODEL.FCOS.COMPILE")]

@@ -14,7 +14,8 @@ from detectron2.structures import Boxes, Instances
 from fcos_d2 import add_fcos_config
 from fcos_d2.engine import amp
 from fcos_d2.engine.amp import CPUAMPTrainer, cpu_has_native_bf16, resolve_cpu_bf16
-from tiny_training import load_train_net, register_two_images
+from fcos_d2.engine.trainer import Trainer
+from tiny_training import register_two_images
 
 REPO = Path(__file__).resolve().parents[1]
 AVX2 = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma avx512f\n"
@@ -118,7 +119,6 @@ def test_cpu_bf16_always_keeps_bf16_inference_on_such_a_cpu(cpu_without_bf16):
                                                ("always", torch.bfloat16)])
 def test_train_net_amp_trains_float32_on_a_cpu_without_native_bf16(
         tmp_path, monkeypatch, cpu_without_bf16, caplog, policy, precision):
-    train_net = load_train_net()
     register_two_images(tmp_path, f"bf16_tiny_{policy}")
     cfg = _tiny_cfg(CPU_BF16=policy)
     cfg.merge_from_list(["SOLVER.AMP.ENABLED", True, "SOLVER.IMS_PER_BATCH", 2,
@@ -130,7 +130,7 @@ def test_train_net_amp_trains_float32_on_a_cpu_without_native_bf16(
     monkeypatch.setattr(CPUAMPTrainer, "run_step",
                         lambda self: precisions.append(self.precision) or run_step(self))
     with caplog.at_level(logging.WARNING, logger="fcos_d2"):
-        trainer = train_net.Trainer(cfg, skip_final_eval=True)
+        trainer = Trainer(cfg, skip_final_eval=True)
         trainer.model.backbone.bottom_up.stem.register_forward_hook(
             lambda m, args, out: stem_dtypes.append(out.dtype))
         trainer.train()

@@ -137,7 +137,7 @@ def test_a_checkpoint_written_after_an_evaluation_holds_the_unfolded_weights(dat
     from detectron2.data import DatasetCatalog
 
     from fcos_d2.data.register import register_coco_dataset
-    from train_net import Trainer
+    from fcos_d2.engine.trainer import Trainer
 
     if "fast_inference_tiny" not in DatasetCatalog.list():
         register_coco_dataset("fast_inference_tiny", str(dataset / "annotations.json"),

@@ -148,7 +148,7 @@ def test_filter_invalid_boxes_on_load_wraps_any_registered_dataset_once(name, wa
 
 
 def test_training_batches_never_contain_the_dropped_boxes(tmp_path, name):
-    from train_net import Trainer  # the repository root is on sys.path (python -m pytest)
+    from fcos_d2.engine.trainer import Trainer
 
     folder = write_coco(tmp_path, [[1, 1, 8, 8], [NAN, 1, 8, 8], [0, 0, INF, 5], [0, 0, 0, 5],
                                    [33, 2, 5, 5], [4, 6, 10, 12]])

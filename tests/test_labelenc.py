@@ -14,14 +14,18 @@ from detectron2.utils.events import EventStorage
 
 from fcos_d2 import add_fcos_config
 from fcos_d2.checkpoint import CheckpointMismatchError
-from fcos_d2.modeling.labelenc import (LabelEncStep1, LabelEncStep2, build_labelenc_model,
-                                       convert_official_labelenc, extend_step1_schedule,
-                                       fcos_state_dict, init_step2_from_step1)
+from fcos_d2.engine.trainer import Trainer
+from fcos_d2.modeling.labelenc import (LabelEncStep1, LabelEncStep2, convert_official_labelenc,
+                                       extend_step1_schedule, fcos_state_dict,
+                                       init_step2_from_step1)
 from fcos_d2.modeling.labelenc.encoder import LabelEncodingFunction, build_label_encoder
 from fcos_d2.modeling.labelenc.label_map import label_map, random_label_scales
 from fcos_d2.modeling.labelenc.weights import convert_official_lef_key
 
 REPO = Path(__file__).resolve().parents[1]
+# the registered META_ARCH of each step, and the step key that must agree with it
+STEP1 = ["MODEL.META_ARCHITECTURE", "LabelEncStep1", "MODEL.LABELENC.STEP", 1]
+STEP2 = ["MODEL.META_ARCHITECTURE", "LabelEncStep2", "MODEL.LABELENC.STEP", 2]
 
 
 def tiny_cfg(*opts):
@@ -117,7 +121,7 @@ def test_lef_gives_the_detector_levels_names_and_width():
 
 def test_step1_distance_loss_waits_for_the_warmup_and_never_trains_the_lef():
     torch.manual_seed(0)
-    model = build_labelenc_model(tiny_cfg("MODEL.LABELENC.STEP", 1,
+    model = build_model(tiny_cfg(*STEP1,
                                           "MODEL.LABELENC.DISTANCE_LOSS_WARMUP_ITERS", 1))
     assert isinstance(model, LabelEncStep1)
     with EventStorage(0):
@@ -135,7 +139,7 @@ def test_step1_distance_loss_waits_for_the_warmup_and_never_trains_the_lef():
 
 
 def test_step1_lef_learns_from_the_head_losses_on_its_features():
-    model = build_labelenc_model(tiny_cfg("MODEL.LABELENC.STEP", 1))
+    model = build_model(tiny_cfg(*STEP1))
     with EventStorage(0):
         losses = model(batch())
     losses["loss_labelenc_cls"].backward()
@@ -144,7 +148,7 @@ def test_step1_lef_learns_from_the_head_losses_on_its_features():
 
 def lef_only_step1(*opts):
     torch.manual_seed(0)
-    return build_labelenc_model(tiny_cfg("MODEL.LABELENC.STEP", 1, "MODEL.LABELENC.STEP1_DETECTOR",
+    return build_model(tiny_cfg(*STEP1, "MODEL.LABELENC.STEP1_DETECTOR",
                                          False, "MODEL.LABELENC.DISTANCE_LOSS_WARMUP_ITERS", 0,
                                          *opts))
 
@@ -164,9 +168,9 @@ def test_lef_only_step1_trains_the_lef_and_head_and_never_runs_the_frozen_detect
 
 
 def test_lef_only_step1_optimizer_holds_the_lef_and_head_alone():
-    cfg = tiny_cfg("MODEL.LABELENC.STEP", 1, "MODEL.LABELENC.STEP1_DETECTOR", False,
+    cfg = tiny_cfg(*STEP1, "MODEL.LABELENC.STEP1_DETECTOR", False,
                    "MODEL.LABELENC.DISTANCE_LOSS_WARMUP_ITERS", 0)
-    model = build_labelenc_model(cfg)
+    model = build_model(cfg)
     held = {id(p) for group in build_optimizer(cfg, model).param_groups for p in group["params"]}
     expected = {id(p) for p in [*model.label_encoder.parameters(), *model.head.parameters()]}
     assert held == expected
@@ -177,7 +181,7 @@ def test_step2_starts_from_a_lef_only_step1_file(tmp_path):
     step1 = lef_only_step1()
     torch.save({"model": step1.state_dict()}, path)
     torch.manual_seed(1)
-    step2 = build_labelenc_model(tiny_cfg("MODEL.LABELENC.STEP", 2))
+    step2 = build_model(tiny_cfg(*STEP2))
     init_step2_from_step1(step2, str(path))
     head = step1.head.state_dict()
     assert all(torch.equal(v, head[k]) for k, v in step2.head.state_dict().items())
@@ -208,7 +212,7 @@ def test_detect_from_labels_runs_the_head_on_the_lef_alone_at_the_original_size(
 @pytest.fixture
 def step2():
     torch.manual_seed(0)
-    return build_labelenc_model(tiny_cfg("MODEL.LABELENC.STEP", 2,
+    return build_model(tiny_cfg(*STEP2,
                                          "MODEL.LABELENC.AUXILIARY_LOSS_ITERS", 3))
 
 
@@ -265,7 +269,7 @@ def test_inference_runs_neither_lef_nor_adapter_and_the_weights_are_a_plain_fcos
 
 def test_step2_starts_from_step1_lef_head_and_the_lef_fpn(step2, tmp_path):
     torch.manual_seed(1)
-    step1 = build_labelenc_model(tiny_cfg("MODEL.LABELENC.STEP", 1))
+    step1 = build_model(tiny_cfg(*STEP1))
     torch.save({"model": step1.state_dict()}, tmp_path / "step1.pth")
     init_step2_from_step1(step2, str(tmp_path / "step1.pth"))
     for name, value in step2.state_dict().items():
@@ -279,7 +283,7 @@ def test_step2_starts_from_step1_lef_head_and_the_lef_fpn(step2, tmp_path):
 
 def test_step2_backbone_from_step1_copies_the_step1_detectors_bottom_up(step2, tmp_path):
     torch.manual_seed(3)
-    step1 = build_labelenc_model(tiny_cfg("MODEL.LABELENC.STEP", 1))
+    step1 = build_model(tiny_cfg(*STEP1))
     torch.save({"model": step1.state_dict()}, tmp_path / "step1.pth")
     init_step2_from_step1(step2, str(tmp_path / "step1.pth"), backbone_from_step1=True)
     own = step2.backbone.bottom_up.state_dict()
@@ -300,7 +304,7 @@ def test_step2_backbone_from_step1_refuses_an_official_file_naming_the_key(step2
 
 
 def test_step2_refuses_a_step1_file_of_another_lef_width_naming_file_and_keys(step2, tmp_path):
-    step1 = build_labelenc_model(tiny_cfg("MODEL.LABELENC.STEP", 1, "MODEL.LABELENC.LEF_WIDTH", 8))
+    step1 = build_model(tiny_cfg(*STEP1, "MODEL.LABELENC.LEF_WIDTH", 8))
     torch.save({"model": step1.state_dict()}, tmp_path / "step1.pth")
     with pytest.raises(CheckpointMismatchError, match=r"step1\.pth \(MODEL\.LABELENC\.WEIGHTS\)"
                        r": the label encoder(.|\n)*bottom_up\.stem\.weight \(16, 3, 7, 7\) vs "
@@ -352,7 +356,7 @@ def test_official_lef_keys_map_to_fcos_d2_names():
 
 def test_an_official_step1_file_converts_to_exactly_the_step2_lef_and_head(step2, tmp_path):
     torch.manual_seed(2)
-    step1 = build_labelenc_model(tiny_cfg("MODEL.LABELENC.STEP", 1))
+    step1 = build_model(tiny_cfg(*STEP1))
     official = official_file(step1)
     assert "body.stage3.1.con2.weight" in official["label_encoding_function"]
     converted = convert_official_labelenc(official)
@@ -395,9 +399,29 @@ def test_official_conversion_errors_name_what_is_wrong(step2):
      "MODEL.LABELENC.DISTANCE_LOSS_WARMUP_ITERS: must be 0 with STEP1_DETECTOR False"),
 ])
 def test_bad_labelenc_settings_are_refused_naming_the_key(key, value, message):
-    opts = [key, value] if key.endswith("STEP") else ["MODEL.LABELENC.STEP", 1, key, value]
+    opts = [key, value] if key.endswith("STEP") else [*STEP1, key, value]
     with pytest.raises(ValueError, match=re.escape(message)):
-        build_labelenc_model(tiny_cfg(*opts))
+        Trainer.build_model(tiny_cfg(*opts))  # the trainer checks, whatever the META_ARCH
+
+
+@pytest.mark.parametrize("opts, message", [
+    (["MODEL.LABELENC.STEP", 2], "MODEL.LABELENC.STEP 2 trains an FCOS with LabelEnc's step 2: "
+                                 "MODEL.META_ARCHITECTURE must be 'LabelEncStep2', got 'FCOS'"),
+    (["MODEL.META_ARCHITECTURE", "LabelEncStep1"],
+     "MODEL.META_ARCHITECTURE 'LabelEncStep1' is LabelEnc's step 1, but MODEL.LABELENC.STEP "
+     "is 0"),
+    ([*STEP1, "MODEL.META_ARCHITECTURE", "LabelEncStep2"],
+     "MODEL.LABELENC.STEP 1 trains an FCOS with LabelEnc's step 1: MODEL.META_ARCHITECTURE "
+     "must be 'LabelEncStep1', got 'LabelEncStep2'"),
+])
+def test_a_step_and_meta_architecture_that_disagree_are_refused_naming_both(opts, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        Trainer.build_model(tiny_cfg(*opts))
+
+
+def test_detectron2_build_model_builds_each_step_from_its_meta_architecture():
+    assert type(build_model(tiny_cfg(*STEP1))) is LabelEncStep1
+    assert type(build_model(tiny_cfg(*STEP2))) is LabelEncStep2
 
 
 def test_step1_schedule_gets_the_warmup_added_and_the_others_do_not():
@@ -426,7 +450,7 @@ def test_converter_tool_checks_the_official_file_against_a_config(monkeypatch, t
     cfg = get_cfg()
     add_fcos_config(cfg)
     cfg.merge_from_file(str(config))
-    cfg.merge_from_list(["MODEL.DEVICE", "cpu", "MODEL.LABELENC.STEP", 1])
+    cfg.merge_from_list(["MODEL.DEVICE", "cpu", *STEP1])
     torch.save(official_file(LabelEncStep1(cfg)), tmp_path / "official.pth")
     run_tool(monkeypatch, tmp_path / "official.pth", tmp_path / "step1.pth",
              "--config-file", config)
@@ -434,7 +458,7 @@ def test_converter_tool_checks_the_official_file_against_a_config(monkeypatch, t
     converted = torch.load(tmp_path / "step1.pth", weights_only=True)["model"]
     assert converted.keys() == {k for k in LabelEncStep1(cfg).state_dict()
                                 if k.startswith(("label_encoder.", "head."))}
-    torch.save(official_file(build_labelenc_model(tiny_cfg("MODEL.LABELENC.STEP", 1))),
+    torch.save(official_file(build_model(tiny_cfg(*STEP1))),
                tmp_path / "other.pth")  # 3 classes, a narrower FPN and head
     with pytest.raises(SystemExit, match=r"other\.pth: the LEF and head of .*FCOS-R18-small-"
                                          r"data-step2\.yaml's model does not match the model"):

@@ -1,4 +1,4 @@
-"""LabelEnc through train_net.py: both steps resume exactly from the middle, step 1 trains
+"""LabelEnc through train_net.py (its META_ARCHs and trainer extension): both steps resume exactly from the middle, step 1 trains
 with two CPU workers, a LEF-only step 1 is scored by its LEF, and step 2 leaves a plain
 FCOS.
 
@@ -26,7 +26,8 @@ TINY = ["MODEL.DEVICE", "cpu", "MODEL.FPN.OUT_CHANNELS", "64", "MODEL.FCOS.NUM_C
         "SOLVER.CHECKPOINT_PERIOD", "2", "TEST.EVAL_PERIOD", "0", "MODEL.LABELENC.LEF_WIDTH", "16",
         "DATASETS.TRAIN", "('tiny',)", "DATASETS.TEST", "('tiny',)",
         "DATALOADER.NUM_WORKERS", "0"]
-STEP1 = ["MODEL.LABELENC.STEP", "1", "SOLVER.MAX_ITER", "4",
+STEP1 = ["MODEL.META_ARCHITECTURE", "LabelEncStep1", "MODEL.LABELENC.STEP", "1",
+         "SOLVER.MAX_ITER", "4",
          "MODEL.LABELENC.DISTANCE_LOSS_WARMUP_ITERS", "2"]
 
 # the LEF and head alone; every detection kept, so that the untrained LEF is scored
@@ -36,7 +37,8 @@ STEP1_LEF_ONLY = [*STEP1, "MODEL.LABELENC.STEP1_DETECTOR", "False",
 
 
 def step2(step1_output: Path):
-    return ["MODEL.LABELENC.STEP", "2", "SOLVER.MAX_ITER", "6",
+    return ["MODEL.META_ARCHITECTURE", "LabelEncStep2", "MODEL.LABELENC.STEP", "2",
+            "SOLVER.MAX_ITER", "6",
             "MODEL.LABELENC.AUXILIARY_LOSS_ITERS", "3",
             "MODEL.LABELENC.WEIGHTS", str(step1_output / "model_final.pth")]
 

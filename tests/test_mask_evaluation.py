@@ -1,4 +1,4 @@
-"""Mask evaluation: with MODEL.MASK_ON, train_net.py's Trainer scores boxes ("bbox") and
+"""Mask evaluation: with MODEL.MASK_ON, the library Trainer scores boxes ("bbox") and
 masks ("segm") with COCOEvaluator and writes both to summary.txt; test-time augmentation
 scores a mask model's boxes and its voted masks.
 
@@ -94,7 +94,7 @@ def _cfg(tmp_path, mask_on: bool, *opts: str, base: str = ""):
 
 
 def test_mask_on_scores_boxes_and_masks_to_the_hand_computed_ap(tiny_masks, tmp_path):
-    from train_net import Trainer  # the repository root is on sys.path (python -m pytest)
+    from fcos_d2.engine.trainer import Trainer
 
     results = Trainer.test(_cfg(tmp_path, True), HandMadePredictions(), iterations=5)
     assert results["bbox"]["AP"] == pytest.approx(100.0)
@@ -108,7 +108,7 @@ def test_mask_on_scores_boxes_and_masks_to_the_hand_computed_ap(tiny_masks, tmp_
 
 
 def test_without_mask_on_only_boxes_are_scored(tiny_masks, tmp_path):
-    from train_net import Trainer
+    from fcos_d2.engine.trainer import Trainer
 
     results = Trainer.test(_cfg(tmp_path, False), HandMadePredictions(), iterations=5)
     assert set(results) == {"bbox"}
@@ -137,7 +137,7 @@ def test_summary_with_masks_has_a_row_per_task_and_a_column_per_task_per_categor
 
 def test_tta_of_a_mask_model_scores_boxes_and_masks_as_plain_inference_on_one_copy(
         tiny_masks, tmp_path):
-    from train_net import Trainer
+    from fcos_d2.engine.trainer import Trainer
     from fcos_d2 import get_config_file
     from mask_models import FCOSWithBoxMasks
 

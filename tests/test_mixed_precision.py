@@ -12,8 +12,9 @@ from detectron2.structures import Boxes, Instances
 
 from fcos_d2 import add_fcos_config
 from fcos_d2.engine import CPUAMPTrainer
+from fcos_d2.engine.trainer import Trainer
 from fcos_d2.modeling.losses import fcos_losses
-from tiny_training import load_train_net, register_two_images
+from tiny_training import register_two_images
 
 REPO = Path(__file__).resolve().parents[1]
 BF16 = torch.bfloat16
@@ -137,7 +138,6 @@ def test_cpu_amp_trainer_runs_the_forward_in_bf16_and_keeps_float32_weights():
 
 
 def test_train_net_trains_two_iterations_with_solver_amp_on_the_cpu(tmp_path, monkeypatch):
-    train_net = load_train_net()
     register_two_images(tmp_path, "amp_tiny")
     cfg = _tiny_cfg()
     cfg.merge_from_list(["SOLVER.AMP.ENABLED", True, "SOLVER.IMS_PER_BATCH", 2,
@@ -148,7 +148,7 @@ def test_train_net_trains_two_iterations_with_solver_amp_on_the_cpu(tmp_path, mo
     run_step = CPUAMPTrainer.run_step
     monkeypatch.setattr(CPUAMPTrainer, "run_step",
                         lambda self: steps.append(self.iter) or run_step(self))
-    trainer = train_net.Trainer(cfg, skip_final_eval=True)
+    trainer = Trainer(cfg, skip_final_eval=True)
     trainer.train()
     assert steps == [0, 1]
     assert len(trainer.storage.history("total_loss").values()) == 2

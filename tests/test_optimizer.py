@@ -75,7 +75,7 @@ def test_bad_optimizer_settings_name_the_key(opts, message):
 
 
 def test_train_net_builds_the_configured_optimizer():
-    from train_net import Trainer
+    from fcos_d2.engine.trainer import Trainer
 
     model = tiny_model()
     assert isinstance(Trainer.build_optimizer(solver_cfg("SOLVER.OPTIMIZER", "ADAMW"), model),

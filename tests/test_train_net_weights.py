@@ -2,7 +2,6 @@
 the tensors; a training starts from them with fresh layers where the shapes differ. And
 the trainer saves its checkpoints through FCOSCheckpointer (atomic saves)."""
 import logging
-import sys
 from pathlib import Path
 
 import pytest
@@ -50,11 +49,8 @@ def test_eval_only_with_weights_of_another_class_count_fails_listing_the_shapes(
 
 def test_the_trainer_saves_through_fcos_checkpointer_and_fine_tunes_with_fresh_layers(
         dataset, three_class_weights, tmp_path, caplog):
-    sys.path.insert(0, str(REPO))
-    try:
-        from train_net import Trainer
-    finally:
-        sys.path.remove(str(REPO))
+    from fcos_d2.engine.trainer import Trainer
+
     register_coco_dataset("tiny_weights", str(dataset / "annotations.json"),
                           str(dataset / "images"))
     cfg = tiny_cfg("DATASETS.TRAIN", "('tiny_weights',)", "DATASETS.TEST", "()",

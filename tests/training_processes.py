@@ -193,8 +193,7 @@ def _wait(pid: int, timeout: float) -> dict:
 
 
 def _serve() -> None:
-    sys.path.insert(0, str(REPO))
-    import train_net  # noqa: F401  (imports torch, detectron2 and fcos_d2 once, for all forks)
+    import fcos_d2.engine.trainer  # noqa: F401  (torch, detectron2, fcos_d2 once, for all forks)
 
     for line in sys.stdin:
         request = json.loads(line)

@@ -15,29 +15,25 @@ checkpointer, eval_period, log_period, device). Overrides are ``key=value``.
 """
 import logging
 import os
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import fcos_d2  # noqa: E402,F401  (first: detectron2 v0.6 shims; registers FCOS and datasets)
-import torch  # noqa: E402
-from detectron2.config import LazyConfig, instantiate  # noqa: E402
-from detectron2.engine import (AMPTrainer, SimpleTrainer, create_ddp_model,  # noqa: E402
+import fcos_d2  # noqa: F401  (first: detectron2 v0.6 shims; registers FCOS and datasets)
+import torch
+from detectron2.config import LazyConfig, instantiate
+from detectron2.engine import (AMPTrainer, SimpleTrainer, create_ddp_model,
                                default_argument_parser, default_setup, default_writers, hooks)
-from detectron2.evaluation import inference_on_dataset, print_csv_format  # noqa: E402
-from detectron2.utils import comm  # noqa: E402
+from detectron2.evaluation import inference_on_dataset, print_csv_format
+from detectron2.utils import comm
 
-from fcos_d2.checkpoint import FCOSCheckpointer  # noqa: E402
-from fcos_d2.data import prepare_dataset  # noqa: E402
-from fcos_d2.engine import CPUAMPTrainer  # noqa: E402
-from fcos_d2.engine.amp import cpu_autocast_dtype  # noqa: E402
-from fcos_d2.engine.heartbeat import ReportProgress  # noqa: E402
-from fcos_d2.engine.hooks import WarnOnLowDiskSpace  # noqa: E402
-from fcos_d2.engine.launch import add_launcher_arguments, launch_from_args  # noqa: E402
-from fcos_d2.modeling.fast_inference import inference_model  # noqa: E402
-from fcos_d2.engine.preemption import SaveOnPreemption  # noqa: E402
-from fcos_d2.engine.slurm import apply_slurm_environment  # noqa: E402
+from fcos_d2.checkpoint import FCOSCheckpointer
+from fcos_d2.data import prepare_dataset
+from fcos_d2.engine import CPUAMPTrainer
+from fcos_d2.engine.amp import cpu_autocast_dtype
+from fcos_d2.engine.heartbeat import ReportProgress
+from fcos_d2.engine.hooks import WarnOnLowDiskSpace
+from fcos_d2.engine.launch import add_launcher_arguments, launch_from_args
+from fcos_d2.engine.preemption import SaveOnPreemption
+from fcos_d2.engine.slurm import apply_slurm_environment
+from fcos_d2.modeling.fast_inference import inference_model
 
 logger = logging.getLogger("fcos_d2")
 

@@ -13,18 +13,14 @@ do not replace the PyTorch model's; the summary block goes to the same summary.t
 """
 import argparse
 import os
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import fcos_d2  # noqa: F401  (first: detectron2 v0.6 shims; registers FCOS and datasets)
+from detectron2.engine import DefaultTrainer
+from detectron2.evaluation import verify_results
 
-import fcos_d2  # noqa: E402,F401  (first: detectron2 v0.6 shims; registers FCOS and datasets)
-from detectron2.engine import DefaultTrainer  # noqa: E402
-from detectron2.evaluation import verify_results  # noqa: E402
-
-from fcos_d2.evaluation import append_summaries  # noqa: E402
-from fcos_d2.export.runtime import ONNXRuntimeDetector  # noqa: E402
-from train_net import Trainer, setup  # noqa: E402
+from fcos_d2.engine.trainer import Trainer, setup
+from fcos_d2.evaluation import append_summaries
+from fcos_d2.export.runtime import ONNXRuntimeDetector
 
 
 def build_evaluator(cfg, dataset_name: str):
@@ -66,5 +62,5 @@ def argument_parser() -> argparse.ArgumentParser:
 
 if __name__ == "__main__":
     arguments = argument_parser().parse_args()
-    arguments.eval_only = True  # read by default_setup (via train_net.setup)
+    arguments.eval_only = True  # read by default_setup (via setup)
     main(arguments)

@@ -227,9 +227,11 @@ DETECTRON2_VARIANTS: Dict[str, List[str]] = OrderedDict([
 LABELENC = "fcos-d2 recipe+LabelEnc"
 LABELENC_WARMUP, LABELENC_AUXILIARY = 200, 533
 LABELENC_STEPS = {
-    1: ["MODEL.LABELENC.STEP", 1, "MODEL.LABELENC.LEF_WIDTH", 16,
+    1: ["MODEL.META_ARCHITECTURE", "LabelEncStep1", "MODEL.LABELENC.STEP", 1,
+        "MODEL.LABELENC.LEF_WIDTH", 16,
         "MODEL.LABELENC.DISTANCE_LOSS_WARMUP_ITERS", LABELENC_WARMUP],
-    2: ["MODEL.LABELENC.STEP", 2, "MODEL.LABELENC.LEF_WIDTH", 16,
+    2: ["MODEL.META_ARCHITECTURE", "LabelEncStep2", "MODEL.LABELENC.STEP", 2,
+        "MODEL.LABELENC.LEF_WIDTH", 16,
         "MODEL.LABELENC.AUXILIARY_LOSS_ITERS", LABELENC_AUXILIARY],
 }
 # Contenders that run both steps: name -> overrides of their step 1. The LEF-only step 1
@@ -360,12 +362,10 @@ def _ensure_split(regime: str, split: str, count: int) -> Path:
 
 def build_contender(name: str, cfg):
     """The detector of contender `name` on fcos-d2's backbone for `cfg`."""
-    from detectron2.modeling import build_backbone
-
-    from fcos_d2.modeling.labelenc import build_labelenc_model
+    from detectron2.modeling import build_backbone, build_model
 
     if name.startswith("fcos-d2"):
-        return build_labelenc_model(cfg)  # detectron2's build_model unless a LabelEnc step
+        return build_model(cfg)  # MODEL.META_ARCHITECTURE: FCOS, or LabelEnc's step
     from train_quality_adapters import build_detectron2_fcos, build_torchvision_fcos
 
     base = name.split("+")[0]  # "detectron2+NAME": detectron2's FCOS, NAME's schedule

@@ -14,24 +14,20 @@ Trailing ``KEY VALUE`` pairs override the config, as in train_net.py.
 import argparse
 import itertools
 import os
-import sys
-from pathlib import Path
 from typing import Iterator, List, Tuple
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # train_net.py and fcos_d2
+import fcos_d2  # noqa: F401  (first: detectron2 v0.6 shims; registers FCOS and datasets)
+import numpy as np
+from detectron2.config import get_cfg
+from detectron2.data import DatasetCatalog, MetadataCatalog
+from detectron2.data.detection_utils import convert_image_to_rgb
+from detectron2.utils.visualizer import Visualizer
+from PIL import Image
 
-import fcos_d2  # noqa: E402,F401  (first: detectron2 v0.6 shims; registers FCOS and datasets)
-import numpy as np  # noqa: E402
-from detectron2.config import get_cfg  # noqa: E402
-from detectron2.data import DatasetCatalog, MetadataCatalog  # noqa: E402
-from detectron2.data.detection_utils import convert_image_to_rgb  # noqa: E402
-from detectron2.utils.visualizer import Visualizer  # noqa: E402
-from PIL import Image  # noqa: E402
-
-from fcos_d2 import add_fcos_config  # noqa: E402
-from fcos_d2.data import prepare_dataset  # noqa: E402
-from fcos_d2.data.images import read_image  # noqa: E402
-from fcos_d2.data.register import register_coco_dataset  # noqa: E402
+from fcos_d2 import add_fcos_config
+from fcos_d2.data import prepare_dataset
+from fcos_d2.data.images import read_image
+from fcos_d2.data.register import register_coco_dataset
 
 MIN_SIDE = 512  # small images are enlarged to this shorter side, so that labels stay legible
 
@@ -66,7 +62,7 @@ def annotated_images(cfg, limit: int) -> Iterator[Tuple[str, np.ndarray]]:
 def loader_images(cfg, limit: int) -> Iterator[Tuple[str, np.ndarray]]:
     """(n_file name, picture) of the training loader's images, after augmentation, with the
     boxes, masks and class names the model is trained on."""
-    from train_net import Trainer  # the loader train_net.py trains with
+    from fcos_d2.engine.trainer import Trainer  # the loader train_net.py trains with
 
     batches = Trainer.build_train_loader(cfg)  # loads the datasets: sets thing_classes
     metadata = MetadataCatalog.get(cfg.DATASETS.TRAIN[0])

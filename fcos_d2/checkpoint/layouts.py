@@ -27,7 +27,8 @@ from .official import (CheckpointMismatchError, check_matches_model,
                        convert_official_state_dict)
 
 __all__ = ["CheckpointLayout", "checkpoint_layout", "convert_foreign_checkpoint",
-           "register_checkpoint_layout", "registered_checkpoint_layouts"]
+           "register_checkpoint_layout", "registered_checkpoint_layouts",
+           "unregister_checkpoint_layout"]
 
 _BOOKKEEPING = "num_batches_tracked"  # BatchNorm's counter, not a parameter
 
@@ -64,6 +65,11 @@ def register_checkpoint_layout(layout: CheckpointLayout) -> CheckpointLayout:
         raise ValueError("checkpoint layout 'fcos_d2' is fcos-d2's own; choose another name")
     _LAYOUTS[layout.name] = layout
     return layout
+
+
+def unregister_checkpoint_layout(name: str) -> None:
+    """Removes the layout registered as ``name`` (nothing if there is none)."""
+    _LAYOUTS.pop(name, None)
 
 
 def registered_checkpoint_layouts() -> List[CheckpointLayout]:

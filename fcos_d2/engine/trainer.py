@@ -3,6 +3,11 @@ loaders, evaluators, hooks and checkpointer), ``setup`` (the config from command
 arguments), ``main`` and ``argument_parser``. ``train_net.py`` and the ``fcos-d2-train``
 command are thin wrappers around them; tools and tests import them from here.
 
+The trainer names no member of the family: the model is detectron2's ``build_model`` of
+MODEL.META_ARCHITECTURE (members register theirs), and what a member adds to training and
+evaluation comes from the trainer extensions registered for the config
+(``fcos_d2.trainer_extensions``), registered by the members themselves.
+
     python train_net.py --config-file configs/FCOS-R50.yaml --num-gpus 8
     python train_net.py --config-file configs/FCOS-R50.yaml --eval-only MODEL.WEIGHTS model.pth
     python train_net.py --config-file configs/FCOS-R50.yaml --eval-only MODEL.WEIGHTS model.pth \
@@ -25,33 +30,32 @@ from detectron2.engine import DefaultTrainer, default_argument_parser, default_s
 from detectron2.evaluation import verify_results
 from detectron2.utils import comm
 from detectron2.utils.logger import setup_logger
+
 from .. import compat
-from ..config import add_fcos_config
-from ..modeling import FCOSWithTTA
-from ..parallel import unwrap_ddp
 from ..checkpoint import FCOSCheckpointer
+from ..config import add_fcos_config
 from ..data import prepare_dataset
 from ..data.boxes import filter_invalid_boxes_on_load
 from ..data.mapper import FCOSDatasetMapper
 from ..data.register import check_num_classes, register_coco_dataset
 from ..evaluation import append_summaries, expected_results_verdict, iterations_trained
+from ..modeling import FCOSWithTTA
 from ..modeling.fast_inference import fast_inference_enabled, inference_model
+from ..parallel import unwrap_ddp
 from ..report import ReportOptions
 from ..report.evaluator import ReportingCOCOEvaluator
+from ..trainer_extensions import trainer_extensions_for
+from ..visualization import save_loader_predictions
 from .amp import CPUAMPTrainer, cpu_autocast_dtype
 from .compile import ReportCompileTime, compile_in_place
 from .heartbeat import ReportProgress
 from .hooks import StopOnNonFiniteLoss, WarnOnLowDiskSpace
 from .launch import add_launcher_arguments, launch_from_args
+from .optimizer import build_optimizer
 from .preemption import SaveOnPreemption
 from .resumable_loader import build_resumable_train_loader
 from .resume import ExactResume
-from .optimizer import build_optimizer
 from .slurm import apply_slurm_environment
-from ..modeling.labelenc import (DetectFromLabels, SaveFCOSWeights, annotated_test_mapper,
-                                      build_labelenc_model, evaluates_lef,
-                                      extend_step1_schedule, init_step2_from_step1)
-from ..visualization import save_loader_predictions
 
 logger = logging.getLogger("fcos_d2")
 
@@ -61,12 +65,12 @@ class Trainer(DefaultTrainer):
     that use FCOSDatasetMapper and drop invalid boxes, atomic checkpoints (FCOSCheckpointer),
     exact resume (data stream and RNG states in the checkpoints), a stop on a non-finite loss,
     a checkpoint and exit status 75 on a preemption signal, heartbeat progress reports, a
-    warning when OUTPUT_DIR is short of space,
-    SOLVER.AMP.ENABLED on the CPU (bf16 autocast where the CPU has native bf16, float32
-    elsewhere unless MODEL.FCOS.CPU_BF16 says "always"; detectron2's AMPTrainer is
-    CUDA-only), the backbone and head compiled with MODEL.FCOS.COMPILE, and
-    optionally no evaluation after the last iteration (``skip_final_eval``); LabelEnc's
-    training models for MODEL.LABELENC.STEP 1 and 2 (fcos_d2/modeling/labelenc)."""
+    warning when OUTPUT_DIR is short of space, SOLVER.AMP.ENABLED on the CPU (bf16 autocast
+    where the CPU has native bf16, float32 elsewhere unless MODEL.FCOS.CPU_BF16 says
+    "always"; detectron2's AMPTrainer is CUDA-only), the backbone and head compiled with
+    MODEL.FCOS.COMPILE, optionally no evaluation after the last iteration
+    (``skip_final_eval``), and the steps of the registered trainer extensions that apply to
+    the config (``trainer_extensions_for``)."""
 
     def __init__(self, cfg, skip_final_eval: bool = False):
         self.skip_final_eval = skip_final_eval  # read by build_hooks, in super().__init__
@@ -92,21 +96,19 @@ class Trainer(DefaultTrainer):
 
     @classmethod
     def build_model(cls, cfg):
-        if not cfg.MODEL.LABELENC.STEP:
-            return super().build_model(cfg)
-        model = build_labelenc_model(cfg)
-        logger.info(f"LabelEnc step {cfg.MODEL.LABELENC.STEP} model:\n{model}")
-        return model
+        """detectron2's ``build_model`` (MODEL.META_ARCHITECTURE), after the extensions'
+        ``check_config``."""
+        for extension in trainer_extensions_for(cfg):
+            extension.check_config(cfg)
+        return super().build_model(cfg)
 
     def resume_or_load(self, resume=True):
-        """DefaultTrainer's; then, when LabelEnc step 2 starts (not resumes), the LEF, the
-        head and the FPN from the step-1 weights (MODEL.LABELENC.WEIGHTS)."""
+        """DefaultTrainer's; then the extensions' ``after_load`` (e.g. weights of a
+        member's earlier training step, read when a training starts, not when it resumes)."""
         resuming = resume and self.checkpointer.has_checkpoint()
         super().resume_or_load(resume=resume)
-        if self.cfg.MODEL.LABELENC.STEP == 2 and not resuming:
-            init_step2_from_step1(
-                unwrap_ddp(self.model), self.cfg.MODEL.LABELENC.WEIGHTS,
-                backbone_from_step1=self.cfg.MODEL.LABELENC.STEP2_BACKBONE == "step1")
+        for extension in trainer_extensions_for(self.cfg):
+            extension.after_load(unwrap_ddp(self.model), self.cfg, resuming=resuming)
 
     @classmethod
     def build_evaluator(cls, cfg, dataset_name, output_folder=None, tasks=None):
@@ -131,22 +133,25 @@ class Trainer(DefaultTrainer):
 
     @classmethod
     def build_test_loader(cls, cfg, dataset_name):
-        """FCOSDatasetMapper's test images; with the annotations too where a LEF-only
-        LabelEnc step 1 is scored by its LEF (fcos_d2.modeling.labelenc.evaluation)."""
-        mapper = (annotated_test_mapper(cfg, FCOSDatasetMapper) if evaluates_lef(cfg)
-                  else FCOSDatasetMapper(cfg, is_train=False))
+        """FCOSDatasetMapper's test images, or the mapper the extensions' ``test_mapper``
+        make of it."""
+        mapper = FCOSDatasetMapper(cfg, is_train=False)
+        for extension in trainer_extensions_for(cfg):
+            mapper = extension.test_mapper(cfg, mapper)
         return build_detection_test_loader(cfg, dataset_name, mapper=mapper)
 
     @classmethod
     def test(cls, cfg, model, evaluators=None, iterations=None):
         """DefaultTrainer.test, then a summary.txt block per dataset and the verdict on
         TEST.EXPECTED_RESULTS. ``iterations``: of the weights; None: of the running training.
-        A LEF-only LabelEnc step 1 has no trained detector: its head's detections from the
-        LEF's features of the labels are scored instead, labelled "LEF from labels"."""
+        The model evaluated is the one the extensions' ``test_model`` make of it, the
+        summary blocks labelled with their labels."""
         model = inference_model(model, fast_inference_enabled(cfg))  # folded copy; see there
-        label = ""
-        if evaluates_lef(cfg):
-            model, label = DetectFromLabels(unwrap_ddp(model)), "LEF from labels"
+        labels = []
+        for extension in trainer_extensions_for(cfg):
+            model, label = extension.test_model(cfg, model)
+            labels += [label] if label else []
+        label = ", ".join(labels)
         results = super().test(cfg, model, evaluators)
         if comm.is_main_process():
             if iterations is None:
@@ -190,8 +195,8 @@ class Trainer(DefaultTrainer):
             eval_hook = next(h for h in hook_list if isinstance(h, hooks.EvalHook))
             hook_list[hook_list.index(eval_hook)] = _PeriodicEvalHook(
                 self.cfg.TEST.EVAL_PERIOD, eval_hook._func)
-        if self.cfg.MODEL.LABELENC.STEP == 2:  # also the plain FCOS weights at the end
-            hook_list.append(SaveFCOSWeights(self.cfg.OUTPUT_DIR))
+        for extension in trainer_extensions_for(self.cfg):
+            hook_list.extend(extension.hooks(self.cfg))
         return hook_list
 
 
@@ -203,6 +208,10 @@ class _PeriodicEvalHook(hooks.EvalHook):
 
 
 def setup(args):
+    """The frozen config of the command line ``args``: the config file, then the overrides;
+    MODEL.DEVICE cpu where CUDA is missing; the ``--register-coco`` datasets registered and
+    checked against MODEL.FCOS.NUM_CLASSES; the extensions' ``check_config`` and
+    ``adjust_config``; detectron2's ``default_setup`` (OUTPUT_DIR, logs, seed)."""
     cfg = get_cfg()
     add_fcos_config(cfg)
     cfg.merge_from_file(args.config_file)
@@ -216,7 +225,9 @@ def setup(args):
     for name, json_file, image_root in args.register_coco:
         register_coco_dataset(name, json_file, image_root)
     check_num_classes([*cfg.DATASETS.TRAIN, *cfg.DATASETS.TEST], cfg.MODEL.FCOS.NUM_CLASSES)
-    extend_step1_schedule(cfg)  # LabelEnc step 1: MAX_ITER, STEPS + the distance warm-up
+    for extension in trainer_extensions_for(cfg):  # members' checks, then changes
+        extension.check_config(cfg)
+        extension.adjust_config(cfg)
     cfg.freeze()
     default_setup(cfg, args)
     setup_logger(cfg.OUTPUT_DIR, distributed_rank=comm.get_rank(), name="fcos_d2")
@@ -225,19 +236,29 @@ def setup(args):
     return cfg
 
 
+def evaluate_weights(cfg, resume: bool = False):
+    """``--eval-only``: (results, model) of MODEL.WEIGHTS (with ``resume``, of OUTPUT_DIR's
+    last checkpoint if any), also with test-time augmentation under TEST.AUG.ENABLED,
+    verified against TEST.EXPECTED_RESULTS."""
+    model = Trainer.build_model(cfg)
+    checkpoint = FCOSCheckpointer.from_config(cfg, model, cfg.OUTPUT_DIR).resume_or_load(
+        cfg.MODEL.WEIGHTS, resume=resume)
+    iteration = checkpoint.get("iteration")  # the 0-based iteration the weights are from
+    iterations = None if iteration is None else iteration + 1
+    results = Trainer.test(cfg, model, iterations=iterations)
+    if cfg.TEST.AUG.ENABLED:
+        results.update(Trainer.test_with_TTA(cfg, model, iterations=iterations))
+    if comm.is_main_process():
+        verify_results(cfg, results)
+    return results, model
+
+
 def main(args):
+    """One worker's training (or, with ``--eval-only``, evaluation) of the command line
+    ``args``; then, with ``--vis-val N``, pictures of N predictions. Returns the results."""
     cfg = setup(args)
     if args.eval_only:
-        model = Trainer.build_model(cfg)
-        checkpoint = FCOSCheckpointer.from_config(cfg, model, cfg.OUTPUT_DIR).resume_or_load(
-            cfg.MODEL.WEIGHTS, resume=args.resume)
-        iteration = checkpoint.get("iteration")  # the 0-based iteration the weights are from
-        iterations = None if iteration is None else iteration + 1
-        results = Trainer.test(cfg, model, iterations=iterations)
-        if cfg.TEST.AUG.ENABLED:
-            results.update(Trainer.test_with_TTA(cfg, model, iterations=iterations))
-        if comm.is_main_process():
-            verify_results(cfg, results)
+        results, model = evaluate_weights(cfg, resume=args.resume)
     else:
         trainer = Trainer(cfg, skip_final_eval=args.skip_test)
         trainer.resume_or_load(resume=args.resume)
@@ -252,6 +273,7 @@ def main(args):
 
 
 def argument_parser():
+    """detectron2's arguments, the launcher's (fcos_d2.engine.launch) and fcos-d2's own."""
     parser = add_launcher_arguments(default_argument_parser())
     parser.add_argument("--skip-test", action="store_true",
                         help="do not evaluate after the last iteration (periodic evaluations stay)")

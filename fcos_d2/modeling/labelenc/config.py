@@ -9,6 +9,8 @@ from detectron2.config import CfgNode as CN
 from ...config import register_config_node
 
 STEPS = (0, 1, 2)
+# MODEL.META_ARCHITECTURE of each step (fcos_d2/modeling/labelenc/meta_arch.py)
+META_ARCHITECTURES = {1: "LabelEncStep1", 2: "LabelEncStep2"}
 STEP2_BACKBONES = ("weights", "step1")
 
 
@@ -22,7 +24,9 @@ def add_labelenc_config(cfg: CN) -> None:
     # train together (the head also runs on the LEF's features; a distance loss ties the
     # detector's features to the LEF's). 2: step 2, a new detector whose head and FPN start
     # from step 1's, with the frozen LEF's features as an auxiliary target. The weights
-    # step 2 ends with are a plain FCOS (OUTPUT_DIR/model_final_fcos.pth).
+    # step 2 ends with are a plain FCOS (OUTPUT_DIR/model_final_fcos.pth). Steps 1 and 2
+    # need MODEL.META_ARCHITECTURE "LabelEncStep1" and "LabelEncStep2" (a mismatch is an
+    # error).
     _C.STEP = 0
     # Step 2: the step-1 weights (step 1's model_final.pth, or an official
     # label_encoding_function.pth, converted on the fly); the LEF, its FPN and the head
@@ -40,8 +44,8 @@ def add_labelenc_config(cfg: CN) -> None:
     # Step 1: weight of the distance loss (MSE between the layer-normalised LEF features,
     # detached, and the layer-normalised detector features after the adapter).
     _C.DISTANCE_LOSS_WEIGHT = 1.0
-    # Step 1: iterations without the distance loss while the LEF learns; the entry points
-    # (train_net.py, tools/train_quality.py) add them to SOLVER.MAX_ITER and SOLVER.STEPS,
+    # Step 1: iterations without the distance loss while the LEF learns; the trainer's
+    # setup (LabelEnc's trainer extension) adds them to SOLVER.MAX_ITER and SOLVER.STEPS,
     # as the official step 1 does. Official: 30000 (with the 90k COCO schedule).
     _C.DISTANCE_LOSS_WARMUP_ITERS = 30000
     # Step 1: train the detector beside the LEF (official). False: step 1 trains the LEF
@@ -68,9 +72,7 @@ def check_labelenc_config(cfg: CN) -> None:
     node = cfg.MODEL.LABELENC
     if node.STEP not in STEPS:
         raise ValueError(f"MODEL.LABELENC.STEP: unknown {node.STEP!r}, expected one of {STEPS}")
-    if node.STEP and cfg.MODEL.META_ARCHITECTURE != "FCOS":
-        raise ValueError(f"MODEL.LABELENC.STEP {node.STEP} trains an FCOS, but "
-                         f"MODEL.META_ARCHITECTURE is '{cfg.MODEL.META_ARCHITECTURE}'")
+    _check_meta_architecture(node.STEP, cfg.MODEL.META_ARCHITECTURE)
     if node.STEP2_BACKBONE not in STEP2_BACKBONES:
         raise ValueError(f"MODEL.LABELENC.STEP2_BACKBONE: unknown {node.STEP2_BACKBONE!r}, "
                          f"expected one of {STEP2_BACKBONES}")
@@ -87,6 +89,22 @@ def check_labelenc_config(cfg: CN) -> None:
                 "DISTANCE_LOSS_WARMUP_ITERS", "AUXILIARY_LOSS_ITERS"):
         if node[key] < 0:
             raise ValueError(f"MODEL.LABELENC.{key}: must be >= 0, got {node[key]}")
+
+
+def _check_meta_architecture(step: int, meta_architecture: str) -> None:
+    """Raises ValueError naming both keys where MODEL.LABELENC.STEP and
+    MODEL.META_ARCHITECTURE disagree."""
+    expected = META_ARCHITECTURES.get(step)
+    if step and meta_architecture != expected:
+        raise ValueError(f"MODEL.LABELENC.STEP {step} trains an FCOS with LabelEnc's step "
+                         f"{step}: MODEL.META_ARCHITECTURE must be '{expected}', got "
+                         f"'{meta_architecture}' (configs/LabelEnc/*.yaml set both keys)")
+    steps = {name: number for number, name in META_ARCHITECTURES.items()}
+    if not step and meta_architecture in steps:
+        raise ValueError(f"MODEL.META_ARCHITECTURE '{meta_architecture}' is LabelEnc's step "
+                         f"{steps[meta_architecture]}, but MODEL.LABELENC.STEP is 0: set "
+                         f"MODEL.LABELENC.STEP {steps[meta_architecture]} (or "
+                         "MODEL.META_ARCHITECTURE 'FCOS' for a plain FCOS)")
 
 
 def extend_step1_schedule(cfg: CN) -> None:

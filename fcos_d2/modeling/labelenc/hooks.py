@@ -15,8 +15,8 @@ FCOS_WEIGHTS_FILE = "model_final_fcos.pth"
 class SaveFCOSWeights(HookBase):
     """After training, writes ``<folder>/model_final_fcos.pth``: the model's weights
     without the LEF and the adapter, which load strictly into the plain FCOS of the same
-    config (``MODEL.LABELENC.STEP 0``). The checkpoints (``model_final.pth`` ...) keep
-    everything, so that a run resumes exactly."""
+    config (``MODEL.META_ARCHITECTURE "FCOS"``, ``MODEL.LABELENC.STEP 0``). The checkpoints
+    (``model_final.pth`` ...) keep everything, so that a run resumes exactly."""
 
     def __init__(self, folder: str):
         self.folder = folder

@@ -1,4 +1,5 @@
-"""LabelEnc's two training models, each an FCOS with training-only parts.
+"""LabelEnc's two training models, each an FCOS with training-only parts, registered as the
+META_ARCHs "LabelEncStep1" and "LabelEncStep2" (``MODEL.LABELENC.STEP`` must agree).
 
 Symbols: N images, L levels, C the FPN width, K classes, H x W the padded input size.
 
@@ -19,7 +20,7 @@ from typing import Dict, List, Tuple
 
 import torch
 from detectron2.config import configurable
-from detectron2.modeling import build_model as d2_build_model
+from detectron2.modeling import META_ARCH_REGISTRY
 from detectron2.utils.events import get_event_storage
 from torch import Tensor, nn
 
@@ -101,6 +102,7 @@ def _iteration() -> int:
                            "context): its losses depend on the iteration") from None
 
 
+@META_ARCH_REGISTRY.register()
 class LabelEncStep1(_LabelEncFCOS):
     """LabelEnc step 1: the detector and the LEF learn together (see the module docstring)."""
 
@@ -153,6 +155,7 @@ class LabelEncStep1(_LabelEncFCOS):
         return losses
 
 
+@META_ARCH_REGISTRY.register()
 class LabelEncStep2(_LabelEncFCOS):
     """LabelEnc step 2: the final detector, with the frozen LEF as an auxiliary target for
     the first ``auxiliary_iters`` iterations (see the module docstring)."""
@@ -190,15 +193,3 @@ class LabelEncStep2(_LabelEncFCOS):
         else:  # the detector alone; the adapter stays in the graph for DDP
             losses["loss_labelenc_auxiliary"] = touch(self.adapter)
         return losses
-
-
-def build_labelenc_model(cfg) -> nn.Module:
-    """detectron2's ``build_model``, or LabelEnc's model of ``MODEL.LABELENC.STEP`` (1 or 2)
-    on ``MODEL.DEVICE``."""
-    check_labelenc_config(cfg)
-    step = cfg.MODEL.LABELENC.STEP
-    if step == 0:
-        return d2_build_model(cfg)
-    model = (LabelEncStep1 if step == 1 else LabelEncStep2)(cfg)
-    model.to(torch.device(cfg.MODEL.DEVICE))
-    return model
