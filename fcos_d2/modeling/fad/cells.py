@@ -90,7 +90,7 @@ class SearchTower(nn.Module):
                  repshare: bool = True):
         super().__init__()
         if num_cells != 1:  # a second cell would need the pre-processing of DerivedTower
-            raise ValueError(f"MODEL.FAD.SEARCH_NUM_CELLS: the search runs one cell a tower "
+            raise ValueError(f"MODEL.FAD.SEARCH.NUM_CELLS: the search runs one cell a tower "
                              f"(as FAD's), got {num_cells}")
         self.cells = nn.ModuleList([SearchCell(in_channels, channels, num_nodes, repshare)])
         self.out_channels = num_nodes * in_channels

@@ -104,11 +104,16 @@ def fad_genotypes(cfg: CN) -> Dict[str, Optional[Genotype]]:
 
 def fad_head_options(cfg: CN) -> Dict[str, Any]:
     """FADHead's keyword arguments from MODEL.FAD and MODEL.FCOS, every key checked."""
-    fcos, genotypes = cfg.MODEL.FCOS, fad_genotypes(cfg)
+    genotypes = fad_genotypes(cfg)
+    return {"box_genotype": genotypes["box"], "cls_genotype": genotypes["cls"],
+            **head_common_options(cfg)}
+
+
+def head_common_options(cfg: CN) -> Dict[str, Any]:
+    """The keyword arguments FADHead and FADSearchHead share (no genotypes), checked."""
+    fcos = cfg.MODEL.FCOS
     return {
         "num_classes": fcos.NUM_CLASSES,
-        "box_genotype": genotypes["box"],
-        "cls_genotype": genotypes["cls"],
         "box_channels": _channels(cfg, "NUM_CHANNELS_BOX"),
         "cls_channels": _channels(cfg, "NUM_CHANNELS_CLS"),
         "num_cells_box": _positive_int(cfg, "NUM_CELLS_BOX"),
@@ -139,3 +144,12 @@ def search_options(cfg: CN) -> Dict[str, Any]:
             "num_cells": search.NUM_CELLS, "seed": search.SEED,
             "arch_lr": solver.ARCH_BASE_LR, "arch_betas": tuple(solver.ARCH_BETAS),
             "arch_weight_decay": solver.ARCH_WEIGHT_DECAY}
+
+
+def search_nodes(cfg: CN) -> Dict[str, int]:
+    """The supernet's nodes a cell per tower (both towers are searched)."""
+    if not (cfg.MODEL.FAD.BOX_TOWER and cfg.MODEL.FAD.CLS_TOWER):
+        raise ValueError("MODEL.FAD.BOX_TOWER / CLS_TOWER: the search searches both towers "
+                         "(box first, classification second); set both True")
+    return {"box_nodes": _positive_int(cfg, "NUM_NODES_BOX"),
+            "cls_nodes": _positive_int(cfg, "NUM_NODES_CLS")}

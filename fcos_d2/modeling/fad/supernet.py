@@ -44,14 +44,13 @@ class FADSearchHead(FADHeadBase):
 
     @classmethod
     def from_config(cls, cfg, input_shape: List[ShapeSpec]):
-        from .config import fad_head_options, search_options
-        head, search = fad_head_options(cfg), search_options(cfg)
-        fad = cfg.MODEL.FAD
+        from .config import head_common_options, search_options, search_nodes
+        head, search = head_common_options(cfg), search_options(cfg)
         return {"input_shape": input_shape, "num_classes": head["num_classes"],
                 "box_channels": head["box_channels"], "cls_channels": head["cls_channels"],
-                "box_nodes": fad.NUM_NODES_BOX, "cls_nodes": fad.NUM_NODES_CLS,
-                "num_cells": search["num_cells"], "repshare": search["repshare"],
-                "prior_prob": head["prior_prob"], "reg_activation": head["reg_activation"]}
+                **search_nodes(cfg), "num_cells": search["num_cells"],
+                "repshare": search["repshare"], "prior_prob": head["prior_prob"],
+                "reg_activation": head["reg_activation"]}
 
     def mixing_weights(self) -> Dict[str, List[Tensor]]:
         """The softmax of the architecture weights over the operations, per tower and node."""
