@@ -28,6 +28,7 @@ from detectron2.engine import default_argument_parser, default_setup, launch
 from detectron2.modeling import build_model
 from detectron2.solver import build_lr_scheduler
 from detectron2.utils import comm
+from detectron2.utils.events import EventStorage
 from detectron2.utils.logger import setup_logger
 
 from ...config import add_fcos_config
@@ -210,8 +211,11 @@ class Search:
         record, its plot and a summary (times, peak memory) in OUTPUT_DIR."""
         solver, period = self.cfg.SOLVER, self.options["genotype_period"]
         wall, cpu = time.perf_counter(), time.process_time()
+        storage = EventStorage(self.start_iter)  # the model may put diagnostics there
         for iteration in range(self.start_iter, solver.MAX_ITER):
-            metrics = self.step(iteration)
+            storage.iter = iteration
+            with storage:
+                metrics = self.step(iteration)
             if (iteration + 1) % period == 0 or iteration == solver.MAX_ITER - 1:
                 self.record(iteration + 1)
                 logger.info(f"iteration {iteration + 1}/{solver.MAX_ITER}: loss "
