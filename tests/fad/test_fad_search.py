@@ -101,3 +101,17 @@ def test_search_resumes_exactly(straight, tmp_path):
     for key in expected:
         assert torch.equal(final[key], expected[key]), key
     assert resumed.history == done.history
+
+
+def test_second_order_step_on_the_supernet_changes_only_architecture_weights(straight):
+    _, search = straight
+    train, arch = search.train_stream.batch(8), search.arch_stream.batch(8)
+    alphas = {id(p) for p in search.alphas}
+    names = {name for name, p in search.model.named_parameters() if id(p) in alphas}
+    before = {k: v.clone() for k, v in search.model.state_dict().items()}
+    fad_search.architecture_step(search.model, search.weights, search.alphas,
+                                 search.arch_optimizer, lambda: search.loss(arch),
+                                 second_order=True, train_loss=lambda: search.loss(train),
+                                 weight_optimizer=search.weight_optimizer, lr=0.004)
+    after = search.model.state_dict()
+    assert {k for k in before if not torch.equal(before[k], after[k])} == names
