@@ -5,6 +5,7 @@ import torch
 from fcos_d2.modeling.fad.cells import derive_genotype
 from fcos_d2.modeling.fad.genotypes import (PAPER_BOX, PAPER_CLS, PRIMITIVES, Edge,
                                             from_config_value, make_genotype, parse_line,
+                                            random_genotype,
                                             read_genotype_file, to_config_value,
                                             write_genotype_file)
 
@@ -86,3 +87,13 @@ def test_derivation_on_hand_set_weights():
 def test_derivation_refuses_weights_of_the_wrong_shape():
     with pytest.raises(ValueError, match=r"node 0 weights have shape \(3, 11\)"):
         derive_genotype([torch.zeros(3, len(PRIMITIVES))])
+
+
+def test_random_genotypes_are_valid_seeded_and_use_distinct_sources():
+    first, again, other = random_genotype(3, seed=0), random_genotype(3, seed=0), \
+        random_genotype(3, seed=1)
+    assert first == again and first != other
+    for i, node in enumerate(first.nodes):
+        sources = [edge.source for edge in node]
+        assert len(set(sources)) == 2 and all(0 <= s < i + 2 for s in sources)
+        assert all(edge.op != "none" for edge in node)

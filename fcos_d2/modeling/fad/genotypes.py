@@ -13,6 +13,7 @@ Three forms, all read and written here, none ``eval``'d:
   ``genotype.log``: ``Genotype(normal=[[('op', 0), ('op', 1)], ...], normal_concat=range(2, 5))``.
 """
 import ast
+import random
 import re
 from pathlib import Path
 from typing import List, NamedTuple, Sequence, Tuple, Union
@@ -175,6 +176,17 @@ def read_genotype_file(path: Union[str, Path]) -> Tuple[Genotype, Genotype]:
                          f"tower), found {len(lines)}")
     return (parse_line(lines[0], what=f"{path} line 1 (box)"),
             parse_line(lines[1], what=f"{path} line 2 (cls)"))
+
+
+def random_genotype(num_nodes: int, seed: int, edges_per_node: int = 2) -> Genotype:
+    """A genotype drawn uniformly from the search space, as the derivation could give:
+    per node, ``edges_per_node`` distinct sources and any operation but "none" on each
+    (the random baselines a search is compared with)."""
+    rng = random.Random(seed)
+    ops = [name for name in PRIMITIVES if name != NONE]
+    return make_genotype([[(rng.choice(ops), source)
+                           for source in rng.sample(range(i + 2), edges_per_node)]
+                          for i in range(num_nodes)], what=f"random genotype (seed {seed})")
 
 
 # The genotypes of the paper (FAD's README, "Architectures reported in the paper").
