@@ -18,8 +18,9 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from ..layers import Scale
-from .genotypes import Genotype
 from .cells import DerivedTower
+from .config import fad_head_options
+from .genotypes import Genotype
 
 _ACTIVATIONS = {"relu": F.relu, "exp": torch.exp, "softplus": F.softplus}
 
@@ -106,7 +107,6 @@ class FADHead(FADHeadBase):
 
     @classmethod
     def from_config(cls, cfg, input_shape: List[ShapeSpec]):
-        from .config import fad_head_options  # the keys' checks live with the keys
         return {"input_shape": input_shape, **fad_head_options(cfg)}
 
     def towers(self, feature: Tensor) -> Tuple[Tensor, Tensor]:

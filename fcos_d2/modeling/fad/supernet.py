@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from .cells import SearchTower, derive_genotype
+from .config import head_common_options, search_nodes, search_options
 from .genotypes import PRIMITIVES, Genotype
 from .head import FADHeadBase, feature_channels
 
@@ -44,7 +45,6 @@ class FADSearchHead(FADHeadBase):
 
     @classmethod
     def from_config(cls, cfg, input_shape: List[ShapeSpec]):
-        from .config import head_common_options, search_options, search_nodes
         head, search = head_common_options(cfg), search_options(cfg)
         return {"input_shape": input_shape, "num_classes": head["num_classes"],
                 "box_channels": head["box_channels"], "cls_channels": head["cls_channels"],
