@@ -19,8 +19,9 @@ from detectron2.structures import Boxes, pairwise_iou
 from detectron2.utils.events import get_event_storage
 from detectron2.utils.file_io import PathManager
 
-__all__ = ["SUMMARY_METRICS", "append_summaries", "append_summary", "expected_results_verdict",
-           "format_summary", "iterations_trained", "proposal_recall", "summary_path"]
+__all__ = ["SUMMARY_METRICS", "append_best_note", "append_summaries", "append_summary",
+           "expected_results_verdict", "format_summary", "iterations_trained", "proposal_recall",
+           "summary_path"]
 
 # The COCO box metrics of a summary, in COCOEvaluator's names and order.
 SUMMARY_METRICS = ("AP", "AP50", "AP75", "APs", "APm", "APl")
@@ -126,6 +127,16 @@ def append_summaries(output_dir: str, dataset_names: Sequence[str], results: Map
         if "bbox" in result:
             append_summary(output_dir, name, result["bbox"], iterations, label, model,
                            segm_results=result.get("segm"))
+
+
+def append_best_note(output_dir: str, dataset_name: str, note: str) -> str:
+    """Appends ``== <note> ==`` after the last block of ``dataset_name``'s summary, e.g.
+    which iteration is the best so far (fcos_d2.engine.best). Returns the file's path."""
+    path = summary_path(output_dir, dataset_name)
+    PathManager.mkdirs(os.path.dirname(path))
+    with PathManager.open(path, "a") as f:
+        f.write(f"== {note} ==\n\n")
+    return path
 
 
 def iterations_trained(max_iter: int) -> Optional[int]:

@@ -39,6 +39,7 @@ from ..modeling.fast_inference import fast_inference_enabled, inference_model
 from ..report import ReportOptions
 from ..report.evaluator import ReportingCOCOEvaluator
 from .amp import CPUAMPTrainer, cpu_autocast_dtype
+from .best import EarlyStop, KeepBestCheckpoint
 from .compile import ReportCompileTime, compile_in_place
 from .heartbeat import ReportProgress
 from .hooks import StopOnNonFiniteLoss, WarnOnLowDiskSpace
@@ -46,6 +47,7 @@ from .launch import add_launcher_arguments, launch_from_args
 from .preemption import SaveOnPreemption
 from .resumable_loader import build_resumable_train_loader
 from .resume import ExactResume
+from .schedule import ScheduleOnResume, apply_epoch_schedule, config_layers, schedule_record
 from .optimizer import build_optimizer
 from .slurm import apply_slurm_environment
 from ..modeling.labelenc import (DetectFromLabels, SaveFCOSWeights, annotated_test_mapper,
@@ -84,6 +86,14 @@ class Trainer(DefaultTrainer):
             logger.info(f"MODEL.FCOS.COMPILE: {' and '.join(parts)} compiled with "
                         f"torch.compile; the first iteration compiles them")
             self.register_hooks([ReportCompileTime(parts)])
+
+    def train(self):
+        """DefaultTrainer.train; an early stop (SOLVER.EARLY_STOP) ends it normally."""
+        try:
+            return super().train()
+        except EarlyStop as stop:
+            logger.info(str(stop))
+            return getattr(self, "_last_eval_results", None)
 
     @classmethod
     def build_optimizer(cls, cfg, model):
@@ -190,6 +200,10 @@ class Trainer(DefaultTrainer):
             eval_hook = next(h for h in hook_list if isinstance(h, hooks.EvalHook))
             hook_list[hook_list.index(eval_hook)] = _PeriodicEvalHook(
                 self.cfg.TEST.EVAL_PERIOD, eval_hook._func)
+        hook_list.append(ScheduleOnResume(schedule_record(self.cfg)))  # checked on --resume
+        if self.cfg.TEST.EVAL_PERIOD > 0 or self.cfg.SOLVER.EARLY_STOP.PATIENCE:  # model_best,
+            # early stop: after the evaluation
+            hook_list.append(KeepBestCheckpoint.from_config(self.cfg, self.checkpointer))
         if self.cfg.MODEL.LABELENC.STEP == 2:  # also the plain FCOS weights at the end
             hook_list.append(SaveFCOSWeights(self.cfg.OUTPUT_DIR))
         return hook_list
@@ -216,12 +230,16 @@ def setup(args):
     for name, json_file, image_root in args.register_coco:
         register_coco_dataset(name, json_file, image_root)
     check_num_classes([*cfg.DATASETS.TRAIN, *cfg.DATASETS.TEST], cfg.MODEL.FCOS.NUM_CLASSES)
+    schedule = apply_epoch_schedule(  # SOLVER.EPOCHS & co. -> the iteration keys
+        cfg, config_layers(args.config_file, args.opts), comm.get_world_size())
     extend_step1_schedule(cfg)  # LabelEnc step 1: MAX_ITER, STEPS + the distance warm-up
     cfg.freeze()
     default_setup(cfg, args)
     setup_logger(cfg.OUTPUT_DIR, distributed_rank=comm.get_rank(), name="fcos_d2")
     if fallback:
         logger.warning(fallback)
+    if schedule is not None:
+        logger.info(schedule.describe())
     return cfg
 
 
