@@ -1,0 +1,110 @@
+"""train_net.py with a schedule in epochs and early stopping, end to end: a tiny model on a
+4-image dataset, batch 2, so one epoch is 2 iterations; then --eval-only on model_best.pth
+and --resume with the same and with another derived schedule."""
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+TINY = ["MODEL.FPN.OUT_CHANNELS", "64", "MODEL.FCOS.NUM_CONVS", "1",
+        "MODEL.FCOS.INFERENCE_TH_TEST", "0.0", "MODEL.FCOS.PRE_NMS_TOPK_TEST", "50",
+        "SOLVER.WARMUP_ITERS", "1", "DATALOADER.NUM_WORKERS", "0",
+        "DATASETS.TRAIN", "('tiny',)", "DATASETS.TEST", "('tiny',)"]
+# 5 epochs = 10 iterations, LR step after epoch 1, evaluation and checkpoint every epoch;
+# no evaluation can beat another by 100 AP, so the first one that counts (the second: the
+# first is not after the LR step) stops the training.
+EPOCHS = ["SOLVER.EPOCHS", "5", "SOLVER.STEPS_EPOCHS", "(1,)", "TEST.EVAL_PERIOD_EPOCHS", "1",
+          "SOLVER.CHECKPOINT_PERIOD_EPOCHS", "1", "SOLVER.EARLY_STOP.PATIENCE", "1",
+          "SOLVER.EARLY_STOP.MIN_DELTA", "100.0"]
+
+
+def train_net(scripts, dataset: Path, output: Path, *opts: str, batch: int = 2,
+              flags=()) -> subprocess.CompletedProcess:
+    """train_net.py on configs/quickstart.yaml made tiny, the dataset registered as 'tiny'."""
+    return scripts.run("train_net.py", "--config-file", "configs/quickstart.yaml",
+                       "--register-coco", "tiny", str(dataset / "annotations.json"),
+                       str(dataset / "images"), *flags, *TINY, "SOLVER.IMS_PER_BATCH",
+                       str(batch), *opts, "OUTPUT_DIR", str(output))
+
+
+def log(run: subprocess.CompletedProcess) -> str:
+    return run.stdout + run.stderr
+
+
+def succeeded(run: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
+    return run
+
+
+def summary_lines(output: Path):
+    return (output / "inference" / "tiny" / "summary.txt").read_text().splitlines()
+
+
+@pytest.fixture(scope="module")
+def output(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("epochs_output")
+
+
+@pytest.fixture(scope="module")
+def stopped_run(scripts, dataset, output):
+    return succeeded(train_net(scripts, dataset, output, *EPOCHS))
+
+
+def test_the_schedule_is_derived_from_the_filtered_images_and_logged(stopped_run, output):
+    assert ("Schedule in epochs: 4 training images (after filtering), SOLVER.IMS_PER_BATCH 2 "
+            "(2 per worker x 1): 2 iterations per epoch" in log(stopped_run))
+    saved = torch.load(output / "model_final.pth", weights_only=False)
+    schedule = saved["trainer"]["hooks"]["ScheduleOnResume"]
+    assert (schedule["SOLVER.MAX_ITER"], schedule["SOLVER.STEPS"]) == (10, [2])
+    assert (schedule["TEST.EVAL_PERIOD"], schedule["SOLVER.CHECKPOINT_PERIOD"]) == (2, 2)
+
+
+def test_early_stop_ends_the_training_at_the_expected_evaluation(stopped_run, output):
+    assert "early stop after iteration 4: 1 evaluations without an improvement" in log(stopped_run)
+    trained = [json.loads(line)["iteration"] for line in
+               (output / "metrics.json").read_text().splitlines() if "lr" in json.loads(line)]
+    assert max(trained) == 3  # 0-based: 4 iterations of 10
+    assert torch.load(output / "model_final.pth", weights_only=False)["iteration"] == 3
+    assert (output / "last_checkpoint").read_text() == "model_final.pth"
+    blocks = [line for line in summary_lines(output) if line.startswith("== tiny |")]
+    assert [b.split(" | ")[1] for b in blocks] == ["iterations trained: 2",
+                                                   "iterations trained: 4"]
+
+
+def test_eval_only_accepts_model_best_and_reports_its_iteration(scripts, stopped_run, dataset,
+                                                                output):
+    best = torch.load(output / "model_best.pth", weights_only=False)["iteration"] + 1
+    assert best in (2, 4)
+    assert any(line.startswith("== best bbox/AP ") and
+               line.endswith(f"after {best} iterations trained (model_best.pth) ==")
+               for line in summary_lines(output))
+    succeeded(train_net(scripts, dataset, output, "MODEL.WEIGHTS",
+                        str(output / "model_best.pth"), flags=["--eval-only"]))
+    blocks = [line for line in summary_lines(output) if line.startswith("== tiny |")]
+    assert len(blocks) == 3 and blocks[-1].startswith(f"== tiny | iterations trained: {best} |")
+
+
+def test_resume_after_an_early_stop_trains_no_further(scripts, stopped_run, dataset, output):
+    run = succeeded(train_net(scripts, dataset, output, *EPOCHS, flags=["--resume"]))
+    assert "early stop: already stopped (1 evaluations without an improvement" in log(run)
+    assert torch.load(output / "model_final.pth", weights_only=False)["iteration"] == 3
+
+
+def test_resume_with_another_derived_schedule_is_refused_naming_both(scripts, stopped_run,
+                                                                     dataset, output):
+    run = train_net(scripts, dataset, output, *EPOCHS, batch=1, flags=["--resume"])
+    assert run.returncode != 0
+    assert ("the checkpoint's schedule was derived from epochs as SOLVER.MAX_ITER 10, "
+            "SOLVER.STEPS (2,), SOLVER.CHECKPOINT_PERIOD 2, TEST.EVAL_PERIOD 2, "
+            "SOLVER.IMS_PER_BATCH 2, but this run derives SOLVER.MAX_ITER 20, SOLVER.STEPS "
+            "(4,), SOLVER.CHECKPOINT_PERIOD 4, TEST.EVAL_PERIOD 4, SOLVER.IMS_PER_BATCH 1"
+            in log(run)), log(run)[-1500:]
+
+
+def test_a_setting_in_both_units_on_the_command_line_is_refused(scripts, dataset, tmp_path):
+    run = train_net(scripts, dataset, tmp_path, "SOLVER.EPOCHS", "2", "SOLVER.MAX_ITER", "5")
+    assert run.returncode != 0
+    assert ("the command line sets both SOLVER.MAX_ITER and SOLVER.EPOCHS, the same setting "
+            "in iterations and in epochs: remove one of them" in log(run))
