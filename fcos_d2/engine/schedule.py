@@ -38,6 +38,15 @@ SCHEDULE_KEYS = (
     ("SOLVER.CHECKPOINT_PERIOD", "SOLVER.CHECKPOINT_PERIOD_EPOCHS"),
     ("TEST.EVAL_PERIOD", "TEST.EVAL_PERIOD_EPOCHS"),
 )
+# The same settings in a LazyConfig (configs/lazy/): the epoch keys live in ``train``; the
+# LR milestones are made absolute (num_updates = max_iter) and the warm-up a fraction.
+LAZY_SCHEDULE_KEYS = (
+    ("train.max_iter", "train.epochs"),
+    ("lr_multiplier.scheduler.milestones", "train.steps_epochs"),
+    ("lr_multiplier.warmup_length", "train.warmup_epochs"),
+    ("train.checkpointer.period", "train.checkpoint_period_epochs"),
+    ("train.eval_period", "train.eval_period_epochs"),
+)
 Layer = Tuple[str, Set[str]]  # (where, the full keys it sets)
 
 
@@ -58,32 +67,35 @@ class EpochSchedule:
     """
 
     def __init__(self, num_images: int, total_batch: int, num_workers: int,
-                 epochs: Dict[str, Any], iterations: Dict[str, Any]):
+                 epochs: Dict[str, Any], iterations: Dict[str, Any],
+                 pairs: Sequence[Tuple[str, str]] = SCHEDULE_KEYS):
         self.num_images, self.total_batch, self.num_workers = num_images, total_batch, num_workers
-        self.epochs, self.iterations = epochs, iterations
+        self.epochs, self.iterations, self.pairs = epochs, iterations, pairs
 
     def describe(self) -> str:
         """One log line with every number that went into the schedule."""
         pairs = "; ".join(f"{epoch_key} {_text(self.epochs[epoch_key])} -> {key_it} "
                           f"{_text(self.iterations[key_it])}"
-                          for key_it, epoch_key in SCHEDULE_KEYS if epoch_key in self.epochs)
+                          for key_it, epoch_key in self.pairs if epoch_key in self.epochs)
         return (f"Schedule in epochs: {self.num_images} training images (after filtering), "
-                f"SOLVER.IMS_PER_BATCH {self.total_batch} ({self.total_batch // self.num_workers}"
+                f"total batch {self.total_batch} ({self.total_batch // self.num_workers}"
                 f" per worker x {self.num_workers}): "
                 f"{Fraction(self.num_images, self.total_batch)} iterations per epoch, rounded up "
                 f"per key; {pairs}")
 
 
 def derive_schedule(epochs: Mapping[str, Any], *, num_images: int, total_batch: int,
-                    num_workers: int = 1) -> EpochSchedule:
+                    num_workers: int = 1, pairs: Sequence[Tuple[str, str]] = SCHEDULE_KEYS
+                    ) -> EpochSchedule:
     """Derives the iteration keys from the epoch keys that are set.
 
     Args:
-        epochs: epoch key (of ``SCHEDULE_KEYS``) -> value; 0 or () means "not set" and is
-            left out. Periods and lengths are numbers, SOLVER.STEPS_EPOCHS a sequence.
+        epochs: epoch key (of ``pairs``) -> value; 0 or () means "not set" and is left
+            out. Periods and lengths are numbers, the LR steps a sequence.
         num_images: N, training images per epoch (after filtering).
         total_batch: B, SOLVER.IMS_PER_BATCH, the total over the workers.
         num_workers: W, which must divide B (detectron2 splits the batch evenly).
+        pairs: (iteration key, epoch key) of each setting; the yacs keys by default.
 
     Returns:
         The schedule: each set epoch key's iteration key as ``ceil(e * N / B)``.
@@ -99,30 +111,33 @@ def derive_schedule(epochs: Mapping[str, Any], *, num_images: int, total_batch: 
                          f"the {num_workers} workers")
     used = {key: value for key, value in epochs.items() if _is_set(value)}
     iterations = {}
-    for key_it, epoch_key in SCHEDULE_KEYS:
+    for key_it, epoch_key in pairs:
         if epoch_key not in used:
             continue
-        values = used[epoch_key] if key_it == "SOLVER.STEPS" else [used[epoch_key]]
+        steps = _is_sequence(used[epoch_key])
+        values = used[epoch_key] if steps else [used[epoch_key]]
         if any(float(v) < 0 for v in values):
             raise ValueError(f"{epoch_key} {_text(used[epoch_key])}: epochs cannot be negative")
         derived = [iterations_for_epochs(v, num_images, total_batch) for v in values]
-        iterations[key_it] = tuple(derived) if key_it == "SOLVER.STEPS" else derived[0]
-    return EpochSchedule(num_images, total_batch, num_workers, used, iterations)
+        iterations[key_it] = tuple(derived) if steps else derived[0]
+    return EpochSchedule(num_images, total_batch, num_workers, used, iterations, pairs)
 
 
-def choose_units(layers: Sequence[Layer]) -> Dict[str, str]:
-    """For each pair of ``SCHEDULE_KEYS``, the key whose unit holds: the one set by the last
-    layer that sets either (the iteration key if none does).
+def choose_units(layers: Sequence[Layer],
+                 pairs: Sequence[Tuple[str, str]] = SCHEDULE_KEYS) -> Dict[str, str]:
+    """For each pair (iteration key, epoch key), the key whose unit holds: the one set by
+    the last layer that sets either (the iteration key if none does).
 
     Args:
         layers: (where, keys set there), first to last.
+        pairs: the settings; the yacs keys by default.
 
     Raises:
         ValueError: a layer sets both keys of a pair; the error names both and the layer.
     """
-    chosen = {key_it: key_it for key_it, _ in SCHEDULE_KEYS}
+    chosen = {key_it: key_it for key_it, _ in pairs}
     for where, keys in layers:
-        for key_it, epoch_key in SCHEDULE_KEYS:
+        for key_it, epoch_key in pairs:
             if key_it in keys and epoch_key in keys:
                 raise ValueError(f"{where} sets both {key_it} and {epoch_key}, the same setting "
                                  f"in iterations and in epochs: remove one of them")
@@ -193,10 +208,51 @@ def apply_epoch_schedule(cfg, layers: Sequence[Layer], num_workers: int) -> Opti
     return schedule
 
 
-def schedule_record(cfg) -> Dict[str, Any]:
-    """Both units of every setting and the batch, as plain values (for a checkpoint)."""
-    keys = [key for pair in SCHEDULE_KEYS for key in pair] + ["SOLVER.IMS_PER_BATCH"]
-    return {key: _plain(_get(cfg, key)) for key in keys}
+def apply_lazy_epoch_schedule(cfg, config_file: str, overrides: Sequence[str],
+                              num_workers: int) -> Optional[EpochSchedule]:
+    """``apply_epoch_schedule`` for a LazyConfig and its ``key=value`` overrides: the
+    file's non-zero epoch keys hold unless the overrides set the iteration key; N is
+    ``len(instantiate(dataloader.train.dataset))``, B ``dataloader.train.total_batch_size``."""
+    from detectron2.config import instantiate
+
+    in_file = {epoch_key for _, epoch_key in LAZY_SCHEDULE_KEYS
+               if _is_set(_get(cfg, epoch_key, 0))}
+    given = {override.split("=", 1)[0].strip() for override in overrides}
+    chosen = choose_units([(f"config file {config_file}", in_file), ("the command line", given)],
+                          LAZY_SCHEDULE_KEYS)
+    epochs = {epoch_key: _get(cfg, epoch_key, 0) for key_it, epoch_key in LAZY_SCHEDULE_KEYS
+              if chosen[key_it] == epoch_key}
+    for key_it, epoch_key in LAZY_SCHEDULE_KEYS:
+        value = _get(cfg, epoch_key, None)
+        if chosen[key_it] != epoch_key and value is not None:
+            _set(cfg, epoch_key, [] if _is_sequence(value) else 0)
+    if not any(_is_set(value) for value in epochs.values()):
+        return None
+    schedule = derive_schedule(
+        epochs, num_images=len(instantiate(cfg.dataloader.train.dataset)),
+        total_batch=cfg.dataloader.train.total_batch_size, num_workers=num_workers,
+        pairs=LAZY_SCHEDULE_KEYS)
+    derived = schedule.iterations
+    if "train.max_iter" in derived:
+        cfg.train.max_iter = derived["train.max_iter"]
+    if "lr_multiplier.scheduler.milestones" in derived:
+        cfg.lr_multiplier.scheduler.milestones = list(derived["lr_multiplier.scheduler.milestones"])
+        cfg.lr_multiplier.scheduler.num_updates = cfg.train.max_iter
+    if "lr_multiplier.warmup_length" in derived:  # a fraction of the training
+        cfg.lr_multiplier.warmup_length = derived["lr_multiplier.warmup_length"] / cfg.train.max_iter
+    for key in ("train.checkpointer.period", "train.eval_period"):
+        if key in derived:
+            _set(cfg, key, derived[key])
+    return schedule
+
+
+def schedule_record(cfg, pairs: Sequence[Tuple[str, str]] = SCHEDULE_KEYS,
+                    batch_key: str = "SOLVER.IMS_PER_BATCH") -> Dict[str, Any]:
+    """Both units of every setting and the batch, as plain values (for a checkpoint), and
+    "derived": whether an epoch key holds."""
+    keys = [key for pair in pairs for key in pair] + [batch_key]
+    record = {key: _plain(_get(cfg, key, 0)) for key in keys}
+    return {"derived": any(_is_set(record[epoch_key]) for _, epoch_key in pairs), **record}
 
 
 class ScheduleOnResume(HookBase):
@@ -211,7 +267,7 @@ class ScheduleOnResume(HookBase):
         return dict(self._record)
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        if not (_derived(state) and _derived(self._record)):
+        if not (state.get("derived") and self._record.get("derived")):
             return
         changed = [key for key in state if state[key] != self._record.get(key)]
         if changed:
@@ -222,29 +278,31 @@ class ScheduleOnResume(HookBase):
                 "same data and batch, or train in a new OUTPUT_DIR.")
 
 
-def _derived(record: Mapping[str, Any]) -> bool:
-    return any(_is_set(record.get(epoch_key)) for _, epoch_key in SCHEDULE_KEYS)
-
-
 def _listing(record: Mapping[str, Any], keys: Sequence[str]) -> str:
     return ", ".join(f"{key} {_text(record.get(key))}" for key in keys)
 
 
+def _is_sequence(value: Any) -> bool:  # tuples, lists and OmegaConf's ListConfig
+    return isinstance(value, Sequence) and not isinstance(value, str)
+
+
 def _is_set(value: Any) -> bool:
-    return bool(value) if isinstance(value, (list, tuple)) else bool(value and float(value))
+    return bool(len(value)) if _is_sequence(value) else bool(value and float(value))
 
 
 def _plain(value: Any) -> Any:
-    return list(value) if isinstance(value, (list, tuple)) else value
+    return list(value) if _is_sequence(value) else value
 
 
 def _text(value: Any) -> str:
-    return str(tuple(value)) if isinstance(value, (list, tuple)) else str(value)
+    return str(tuple(value)) if _is_sequence(value) else str(value)
 
 
-def _get(cfg, key: str) -> Any:
+def _get(cfg, key: str, default: Any = KeyError) -> Any:
     node = cfg
     for part in key.split("."):
+        if default is not KeyError and part not in node:
+            return default
         node = node[part]
     return node
 

@@ -230,7 +230,7 @@ def setup(args):
     for name, json_file, image_root in args.register_coco:
         register_coco_dataset(name, json_file, image_root)
     check_num_classes([*cfg.DATASETS.TRAIN, *cfg.DATASETS.TEST], cfg.MODEL.FCOS.NUM_CLASSES)
-    schedule = apply_epoch_schedule(  # SOLVER.EPOCHS & co. -> the iteration keys
+    schedule = None if args.eval_only else apply_epoch_schedule(  # SOLVER.EPOCHS & co.
         cfg, config_layers(args.config_file, args.opts), comm.get_world_size())
     extend_step1_schedule(cfg)  # LabelEnc step 1: MAX_ITER, STEPS + the distance warm-up
     cfg.freeze()

@@ -2,14 +2,14 @@
 config's layers choose, the count of training images as the loader sees them, and the check
 of the derived schedule on resume."""
 import pytest
-from detectron2.config import get_cfg
+from detectron2.config import LazyConfig, get_cfg, instantiate
 from detectron2.data import DatasetCatalog, MetadataCatalog
 from detectron2.structures import BoxMode
 
-from fcos_d2.config import add_fcos_config
-from fcos_d2.engine.schedule import (ScheduleOnResume, apply_epoch_schedule, choose_units,
-                                     config_layers, derive_schedule, iterations_for_epochs,
-                                     schedule_record)
+from fcos_d2.config import add_fcos_config, get_config_file
+from fcos_d2.engine.schedule import (ScheduleOnResume, apply_epoch_schedule,
+                                     apply_lazy_epoch_schedule, choose_units, config_layers,
+                                     derive_schedule, iterations_for_epochs, schedule_record)
 
 
 def test_iterations_round_up_to_the_first_iteration_that_completes_the_epochs():
@@ -155,3 +155,34 @@ def test_resume_of_an_iteration_schedule_may_change_it():
     cfg.SOLVER.MAX_ITER *= 2  # training longer than planned: not derived, not refused
     assert schedule_record(cfg)["SOLVER.MAX_ITER"] == 2 * saved["SOLVER.MAX_ITER"]
     ScheduleOnResume(schedule_record(cfg)).load_state_dict(saved)
+
+
+def _lazy(overrides):
+    path = get_config_file("lazy/quickstart.py")
+    return path, LazyConfig.apply_overrides(LazyConfig.load(path), overrides)
+
+
+def test_the_lazy_config_derives_max_iter_milestones_warmup_and_periods(
+        five_images_one_unusable):
+    overrides = [f"dataloader.train.dataset.names={five_images_one_unusable}",
+                 "dataloader.train.total_batch_size=2", "train.epochs=4",
+                 "train.steps_epochs=[2, 3]", "train.warmup_epochs=0.5",
+                 "train.eval_period_epochs=1"]
+    path, cfg = _lazy(overrides)
+    schedule = apply_lazy_epoch_schedule(cfg, path, overrides, num_workers=1)
+    # its loader keeps every image (filter_empty=False, no box filtering): 5 per epoch
+    assert schedule.num_images == 5
+    assert (cfg.train.max_iter, list(cfg.lr_multiplier.scheduler.milestones)) == (10, [5, 8])
+    assert cfg.lr_multiplier.scheduler.num_updates == 10  # milestones in iterations
+    assert cfg.lr_multiplier.warmup_length == 2 / 10  # 0.5 * 5 / 2 = 1.25 -> 2 iterations
+    assert (cfg.train.eval_period, cfg.train.checkpointer.period) == (3, 800)  # 2.5 -> 3; kept
+    multiplier = instantiate(cfg.lr_multiplier)
+    assert [multiplier(it / 10) for it in (4, 5, 7, 8)] == [1.0, 0.1, 0.1, 0.01]
+
+
+def test_the_lazy_command_line_setting_both_units_is_refused_naming_both():
+    overrides = ["train.epochs=2", "train.max_iter=5"]
+    path, cfg = _lazy(overrides)
+    with pytest.raises(ValueError, match="the command line sets both train.max_iter and "
+                                         "train.epochs"):
+        apply_lazy_epoch_schedule(cfg, path, overrides, num_workers=1)

@@ -53,7 +53,7 @@ def stopped_run(scripts, dataset, output):
 
 
 def test_the_schedule_is_derived_from_the_filtered_images_and_logged(stopped_run, output):
-    assert ("Schedule in epochs: 4 training images (after filtering), SOLVER.IMS_PER_BATCH 2 "
+    assert ("Schedule in epochs: 4 training images (after filtering), total batch 2 "
             "(2 per worker x 1): 2 iterations per epoch" in log(stopped_run))
     saved = torch.load(output / "model_final.pth", weights_only=False)
     schedule = saved["trainer"]["hooks"]["ScheduleOnResume"]
