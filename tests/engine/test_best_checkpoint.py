@@ -76,8 +76,13 @@ def _best(folder):
 
 def test_model_best_follows_the_metric_and_last_checkpoint_stays_the_last(tmp_path):
     run = _Run(tmp_path)
+    page = tmp_path / "inference" / "val" / "report.html"
+    page.parent.mkdir(parents=True)
+    page.write_text("<html><body><h1>val: evaluation</h1><table></table></body></html>")
     with EventStorage(0) as run.trainer.storage:
         run.evaluate(10, 5.0)
+        assert ("<h1>val: evaluation</h1>\n<p class='note'>best bbox/AP 5.00 after 10 "
+                "iterations trained (model_best.pth)</p><table>" in page.read_text())
         assert _best(tmp_path) == (9, 5.0)  # iteration: 0-based, as every checkpoint's
         assert not (tmp_path / "last_checkpoint").exists()  # no checkpoint to resume yet
         run.evaluate(20, 7.0)

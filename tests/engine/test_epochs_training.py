@@ -108,3 +108,14 @@ def test_a_setting_in_both_units_on_the_command_line_is_refused(scripts, dataset
     assert run.returncode != 0
     assert ("the command line sets both SOLVER.MAX_ITER and SOLVER.EPOCHS, the same setting "
             "in iterations and in epochs: remove one of them" in log(run))
+
+
+def test_two_cpu_workers_derive_the_same_schedule_and_stop_together(scripts, dataset, tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("--num-gpus 2 starts CPU workers only where CUDA is not available")
+    run = succeeded(train_net(scripts, dataset, tmp_path, *EPOCHS,
+                              flags=["--num-gpus", "2", "--dist-url", "auto"]))
+    assert "total batch 2 (1 per worker x 2): 2 iterations per epoch" in log(run)
+    assert "early stop after iteration 4" in log(run)  # rank 0's decision, taken by both
+    assert torch.load(tmp_path / "model_final.pth", weights_only=False)["iteration"] == 3
+    assert (tmp_path / "model_best.pth").is_file()
