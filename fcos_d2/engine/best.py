@@ -26,7 +26,7 @@ from typing import Any, Dict, NamedTuple, Optional
 from detectron2.engine import HookBase
 from detectron2.utils import comm
 
-from ..evaluation import append_best_note
+from ..evaluation import append_summary_note
 from ..report.page import add_page_note
 
 __all__ = ["EarlyStop", "ImprovementTracker", "KeepBestCheckpoint", "best_metric_name"]
@@ -161,10 +161,12 @@ class KeepBestCheckpoint(HookBase):
         if comm.get_world_size() > 1:
             stop = comm.all_gather(stop)[0]
         if stop and self.trainer.iter + 1 < self.trainer.max_iter:
+            message = f"early stop after iteration {self.trainer.iter + 1}: {self._why()}"
             if comm.is_main_process():
                 self.checkpointer.save("model_final", iteration=self.trainer.iter)
-            raise EarlyStop(f"early stop after iteration {self.trainer.iter + 1}: "
-                            f"{self._why()}")
+                if self.output_dir and self.dataset_name:
+                    append_summary_note(self.output_dir, self.dataset_name, message)
+            raise EarlyStop(message)
 
     def _take_metric(self) -> bool:
         """Rank 0: updates the tracker with the newest evaluation; returns whether to stop."""
@@ -195,7 +197,7 @@ class KeepBestCheckpoint(HookBase):
                 f"iterations trained ({BEST_FILE_PREFIX}.pth)")
         logger.info(f"{note}, saved")
         if self.output_dir and self.dataset_name:
-            append_best_note(self.output_dir, self.dataset_name, note)
+            append_summary_note(self.output_dir, self.dataset_name, note)
             page = os.path.join(self.output_dir, "inference", self.dataset_name, "report.html")
             if os.path.isfile(page):
                 add_page_note(page, note)

@@ -107,8 +107,9 @@ def derive_schedule(epochs: Mapping[str, Any], *, num_images: int, total_batch: 
         raise ValueError("schedule in epochs: the training set (DATASETS.TRAIN) has no images "
                          "after filtering; check the dataset or give the iteration keys")
     if total_batch <= 0 or total_batch % num_workers:
-        raise ValueError(f"SOLVER.IMS_PER_BATCH {total_batch} is not a positive multiple of "
-                         f"the {num_workers} workers")
+        raise ValueError(f"the total batch (SOLVER.IMS_PER_BATCH, or the LazyConfig's "
+                         f"dataloader.train.total_batch_size) {total_batch} is not a positive "
+                         f"multiple of the {num_workers} workers")
     used = {key: value for key, value in epochs.items() if _is_set(value)}
     iterations = {}
     for key_it, epoch_key in pairs:
@@ -239,7 +240,8 @@ def apply_lazy_epoch_schedule(cfg, config_file: str, overrides: Sequence[str],
         cfg.lr_multiplier.scheduler.milestones = list(derived["lr_multiplier.scheduler.milestones"])
         cfg.lr_multiplier.scheduler.num_updates = cfg.train.max_iter
     if "lr_multiplier.warmup_length" in derived:  # a fraction of the training
-        cfg.lr_multiplier.warmup_length = derived["lr_multiplier.warmup_length"] / cfg.train.max_iter
+        warmup = derived["lr_multiplier.warmup_length"]
+        cfg.lr_multiplier.warmup_length = warmup / cfg.train.max_iter
     for key in ("train.checkpointer.period", "train.eval_period"):
         if key in derived:
             _set(cfg, key, derived[key])
@@ -273,7 +275,8 @@ class ScheduleOnResume(HookBase):
         if changed:
             raise ValueError(
                 "--resume: the checkpoint's schedule was derived from epochs as "
-                f"{_listing(state, changed)}, but this run derives {_listing(self._record, changed)}"
+                f"{_listing(state, changed)}, but this run derives "
+                f"{_listing(self._record, changed)}"
                 " (has the training set or SOLVER.IMS_PER_BATCH changed?). Resume with the "
                 "same data and batch, or train in a new OUTPUT_DIR.")
 

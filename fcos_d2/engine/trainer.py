@@ -93,7 +93,10 @@ class Trainer(DefaultTrainer):
             return super().train()
         except EarlyStop as stop:
             logger.info(str(stop))
-            return getattr(self, "_last_eval_results", None)
+            results = getattr(self, "_last_eval_results", None)
+            if self.cfg.TEST.EXPECTED_RESULTS and comm.is_main_process() and results:
+                verify_results(self.cfg, results)  # as DefaultTrainer.train does
+            return results
 
     @classmethod
     def build_optimizer(cls, cfg, model):

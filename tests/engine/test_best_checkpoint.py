@@ -105,6 +105,10 @@ def test_early_stop_at_the_expected_evaluation_leaves_best_and_final_checkpoints
         with pytest.raises(EarlyStop, match="early stop after iteration 50: 3 evaluations"):
             run.evaluate(50, 7.0)
     assert _best(tmp_path) == (39, 9.0)
+    summary = (tmp_path / "inference" / "val" / "summary.txt").read_text().splitlines()
+    assert summary[-2].startswith("== early stop after iteration 50: 3 evaluations without an "
+                                  "improvement of bbox/AP by more than 1.0")
+    assert summary[-2].endswith("best 9.0 after 40 iterations (model_best.pth) ==")
     final = torch.load(tmp_path / "model_final.pth", weights_only=False)
     assert final["iteration"] == 49
     restored = torch.nn.Linear(2, 1)

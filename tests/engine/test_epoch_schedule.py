@@ -43,7 +43,7 @@ def test_the_worker_count_does_not_change_the_schedule_but_must_divide_the_batch
     one = derive_schedule(epochs, num_images=100, total_batch=16, num_workers=1)
     eight = derive_schedule(epochs, num_images=100, total_batch=16, num_workers=8)
     assert one.iterations == eight.iterations == {"SOLVER.MAX_ITER": 75}  # 1200 / 16
-    with pytest.raises(ValueError, match="SOLVER.IMS_PER_BATCH 16 is not a positive multiple "
+    with pytest.raises(ValueError, match=r"total_batch_size\) 16 is not a positive multiple "
                                          "of the 3 workers"):
         derive_schedule(epochs, num_images=100, total_batch=16, num_workers=3)
 
@@ -120,7 +120,8 @@ def test_apply_counts_the_images_the_loader_sees_and_resets_the_losing_epoch_key
     cfg.TEST.EVAL_PERIOD = 5
     schedule = apply_epoch_schedule(cfg, layers, num_workers=1)
     assert schedule.num_images == 3  # 5 images - 1 empty - 1 whose only box is invalid
-    assert (cfg.SOLVER.MAX_ITER, cfg.SOLVER.WARMUP_ITERS) == (6, 1)  # 4 * 3 / 2; 0.5 * 3 / 2 = 0.75 -> 1
+    # MAX_ITER 4 * 3 / 2 = 6; WARMUP_ITERS 0.5 * 3 / 2 = 0.75 -> 1
+    assert (cfg.SOLVER.MAX_ITER, cfg.SOLVER.WARMUP_ITERS) == (6, 1)
     assert (cfg.TEST.EVAL_PERIOD, cfg.TEST.EVAL_PERIOD_EPOCHS) == (5, 0)  # iterations won
     cfg.DATALOADER.FILTER_EMPTY_ANNOTATIONS = False  # detectron2 keeps the empty images
     assert apply_epoch_schedule(cfg, layers, num_workers=1).num_images == 5
