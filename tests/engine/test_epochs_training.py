@@ -1,12 +1,20 @@
 """train_net.py with a schedule in epochs and early stopping, end to end: a tiny model on a
 4-image dataset, batch 2, so one epoch is 2 iterations; then --eval-only on model_best.pth
-and --resume with the same and with another derived schedule."""
+and --resume with the same and with another derived schedule; two workers; and
+tools/lazyconfig_train_net.py with train.epochs."""
+import importlib.util
 import json
 import subprocess
+import uuid
 from pathlib import Path
 
 import pytest
 import torch
+
+from fcos_d2 import get_config_file
+from fcos_d2.data import register_coco_dataset
+
+REPO = Path(__file__).resolve().parents[2]
 
 TINY = ["MODEL.FPN.OUT_CHANNELS", "64", "MODEL.FCOS.NUM_CONVS", "1",
         "MODEL.FCOS.INFERENCE_TH_TEST", "0.0", "MODEL.FCOS.PRE_NMS_TOPK_TEST", "50",
@@ -119,3 +127,29 @@ def test_two_cpu_workers_derive_the_same_schedule_and_stop_together(scripts, dat
     assert "early stop after iteration 4" in log(run)  # rank 0's decision, taken by both
     assert torch.load(tmp_path / "model_final.pth", weights_only=False)["iteration"] == 3
     assert (tmp_path / "model_best.pth").is_file()
+
+
+def test_the_lazy_config_trains_for_its_epochs_and_refuses_another_schedule_on_resume(
+        dataset, tmp_path):
+    name = f"lazy_epochs_{uuid.uuid4().hex[:8]}"
+    register_coco_dataset(name, str(dataset / "annotations.json"), str(dataset / "images"))
+    spec = importlib.util.spec_from_file_location("lazyconfig_train_net",
+                                                  REPO / "tools" / "lazyconfig_train_net.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    tiny = ["--config-file", get_config_file("lazy/quickstart.py"),
+            f"dataloader.train.dataset.names={name}", f"dataloader.test.dataset.names={name}",
+            "dataloader.train.num_workers=0", "dataloader.test.num_workers=0",
+            "model.score_thresh=0.0", f"train.output_dir={tmp_path}", "train.epochs=1"]
+    parser = script.default_argument_parser()
+    script.main(parser.parse_args([*tiny, "dataloader.train.total_batch_size=2"]))
+    saved = torch.load(tmp_path / "model_final.pth", weights_only=False)
+    assert saved["iteration"] == 1  # 4 images / 2 per iteration: 2 iterations
+    schedule = saved["trainer"]["hooks"]["ScheduleOnResume"]
+    assert (schedule["derived"], schedule["train.max_iter"], schedule["train.epochs"]) == \
+        (True, 2, 1)
+    with pytest.raises(ValueError, match="derived from epochs as train.max_iter 2, "
+                                         "dataloader.train.total_batch_size 2, but this run "
+                                         "derives train.max_iter 4"):
+        script.main(parser.parse_args(["--resume", *tiny,
+                                       "dataloader.train.total_batch_size=1"]))
