@@ -189,10 +189,11 @@ class KeepBestCheckpoint(HookBase):
         checkpointer = self.checkpointer
         last = checkpointer.get_checkpoint_file() if checkpointer.has_checkpoint() else ""
         checkpointer.save(BEST_FILE_PREFIX, iteration=iterations - 1)  # 0-based, as all
+        tag = os.path.join(checkpointer.save_dir, "last_checkpoint")
         if last:  # saving re-tagged last_checkpoint: --resume must still go to the last one
             checkpointer.tag_last_checkpoint(os.path.basename(last))
-        else:
-            os.remove(os.path.join(checkpointer.save_dir, "last_checkpoint"))
+        elif os.path.isfile(tag):  # no checkpoint to resume from yet
+            os.remove(tag)
         note = (f"best {self.metric} {self.tracker.best:.2f} after {iterations} "
                 f"iterations trained ({BEST_FILE_PREFIX}.pth)")
         logger.info(f"{note}, saved")
