@@ -256,7 +256,7 @@ def add_schedule_config(cfg: CN) -> None:
     # Stop after PATIENCE evaluations in a row that did not beat the reference (the metric of
     # the last evaluation that did) by more than MIN_DELTA; 0 never stops early. The LR
     # schedule's last step is respected: evaluations until the last of SOLVER.STEPS do not
-    # count, since the gain of that step only shows after it (README "Training in epochs").
+    # count, since the gain of that step only shows after it (docs/training_schedules.md).
     cfg.SOLVER.EARLY_STOP.PATIENCE = 0
     # The improvement that counts, in the metric's units (AP points).
     cfg.SOLVER.EARLY_STOP.MIN_DELTA = 0.0

@@ -145,7 +145,6 @@ def main(argv=None) -> None:
     parser.add_argument("opts", nargs=argparse.REMAINDER, help="KEY VALUE overrides")
     args = parser.parse_args(argv)
     args.output = args.output or str(REPO / "output" / f"epochs_curve_{args.regime}")
-    sys.path.insert(0, str(REPO))
     folders = data_folders(args.regime, args.train_images, args.val_images)
     results = Path(args.output) / "results.jsonl"
     results.parent.mkdir(parents=True, exist_ok=True)

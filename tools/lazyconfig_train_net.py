@@ -37,8 +37,6 @@ from fcos_d2.engine.hooks import WarnOnLowDiskSpace  # noqa: E402
 from fcos_d2.engine.launch import add_launcher_arguments, launch_from_args  # noqa: E402
 from fcos_d2.modeling.fast_inference import inference_model  # noqa: E402
 from fcos_d2.engine.preemption import SaveOnPreemption  # noqa: E402
-from fcos_d2.engine.schedule import (LAZY_SCHEDULE_KEYS, ScheduleOnResume,  # noqa: E402
-                                     apply_lazy_epoch_schedule, schedule_record)
 from fcos_d2.engine.slurm import apply_slurm_environment  # noqa: E402
 
 logger = logging.getLogger("fcos_d2")
@@ -77,6 +75,8 @@ def _trainer_class(cfg):
 
 def do_train(args, cfg) -> None:
     """Builds model, optimizer, data and hooks from ``cfg``, then trains to train.max_iter."""
+    from fcos_d2.engine.schedule import LAZY_SCHEDULE_KEYS, ScheduleOnResume, schedule_record
+
     model = instantiate(cfg.model).to(cfg.train.device)
     logger.info("Model:\n%s", model)
     cfg.optimizer.params.model = model
@@ -111,6 +111,8 @@ def do_train(args, cfg) -> None:
 def setup(args):
     """Loads the config, applies the ``key=value`` overrides and the schedule in epochs
     (train.epochs & co.; fcos_d2/engine/schedule.py), falls back to the CPU."""
+    from fcos_d2.engine.schedule import apply_lazy_epoch_schedule
+
     cfg = LazyConfig.load(args.config_file)
     cfg = LazyConfig.apply_overrides(cfg, args.opts)
     fallback = ""

@@ -40,6 +40,7 @@ from ..report import ReportOptions
 from ..report.evaluator import ReportingCOCOEvaluator
 from .amp import CPUAMPTrainer, cpu_autocast_dtype
 from .best import EarlyStop, KeepBestCheckpoint
+from .schedule import ScheduleOnResume, apply_epoch_schedule, config_layers, schedule_record
 from .compile import ReportCompileTime, compile_in_place
 from .heartbeat import ReportProgress
 from .hooks import StopOnNonFiniteLoss, WarnOnLowDiskSpace
@@ -47,7 +48,6 @@ from .launch import add_launcher_arguments, launch_from_args
 from .preemption import SaveOnPreemption
 from .resumable_loader import build_resumable_train_loader
 from .resume import ExactResume
-from .schedule import ScheduleOnResume, apply_epoch_schedule, config_layers, schedule_record
 from .optimizer import build_optimizer
 from .slurm import apply_slurm_environment
 from ..modeling.labelenc import (DetectFromLabels, SaveFCOSWeights, annotated_test_mapper,
@@ -198,15 +198,15 @@ class Trainer(DefaultTrainer):
         # after the LR scheduler and the checkpointer (rank 0), before the evaluation
         evaluation = next(i for i, h in enumerate(hook_list) if isinstance(h, hooks.EvalHook))
         hook_list.insert(evaluation, SaveOnPreemption(self.checkpointer, exact_resume))
+        hook_list.append(ScheduleOnResume(schedule_record(self.cfg)))  # checked on --resume
+        if self.cfg.TEST.EVAL_PERIOD > 0 or self.cfg.SOLVER.EARLY_STOP.PATIENCE:  # model_best,
+            # early stop: after the evaluation (appended: after the EvalHook)
+            hook_list.append(KeepBestCheckpoint.from_config(self.cfg, self.checkpointer))
         if self.skip_final_eval:  # the same evaluation function (EvalHook._func in v0.6 and
             # main), in a hook that skips the evaluation after the last iteration
             eval_hook = next(h for h in hook_list if isinstance(h, hooks.EvalHook))
             hook_list[hook_list.index(eval_hook)] = _PeriodicEvalHook(
                 self.cfg.TEST.EVAL_PERIOD, eval_hook._func)
-        hook_list.append(ScheduleOnResume(schedule_record(self.cfg)))  # checked on --resume
-        if self.cfg.TEST.EVAL_PERIOD > 0 or self.cfg.SOLVER.EARLY_STOP.PATIENCE:  # model_best,
-            # early stop: after the evaluation
-            hook_list.append(KeepBestCheckpoint.from_config(self.cfg, self.checkpointer))
         if self.cfg.MODEL.LABELENC.STEP == 2:  # also the plain FCOS weights at the end
             hook_list.append(SaveFCOSWeights(self.cfg.OUTPUT_DIR))
         return hook_list
@@ -232,9 +232,9 @@ def setup(args):
         cfg.MODEL.DEVICE = "cpu"
     for name, json_file, image_root in args.register_coco:
         register_coco_dataset(name, json_file, image_root)
-    check_num_classes([*cfg.DATASETS.TRAIN, *cfg.DATASETS.TEST], cfg.MODEL.FCOS.NUM_CLASSES)
     schedule = None if args.eval_only else apply_epoch_schedule(  # SOLVER.EPOCHS & co.
         cfg, config_layers(args.config_file, args.opts), comm.get_world_size())
+    check_num_classes([*cfg.DATASETS.TRAIN, *cfg.DATASETS.TEST], cfg.MODEL.FCOS.NUM_CLASSES)
     extend_step1_schedule(cfg)  # LabelEnc step 1: MAX_ITER, STEPS + the distance warm-up
     cfg.freeze()
     default_setup(cfg, args)
