@@ -226,6 +226,46 @@ def add_solver_config(cfg: CN) -> None:
         cfg.SOLVER.OPTIMIZER = "SGD"
     if "ADAMW_BETAS" not in cfg.SOLVER:
         cfg.SOLVER.ADAMW_BETAS = (0.9, 0.999)  # AdamW's (beta1, beta2)
+    add_schedule_config(cfg)
+
+
+def add_schedule_config(cfg: CN) -> None:
+    """Adds the schedule in epochs (fcos_d2/engine/schedule.py), the best checkpoint and
+    early stopping (fcos_d2/engine/best.py) to ``cfg`` in place. Safe to call twice."""
+    if "EPOCHS" in cfg.SOLVER:
+        return
+    # Length of the training in epochs (passes over the training set after its filtering;
+    # e epochs take ceil(e * images / SOLVER.IMS_PER_BATCH) iterations). 0: SOLVER.MAX_ITER.
+    # Each *_EPOCHS key below replaces its iteration key the same way; the config layer
+    # (_BASE_ file, file, command line) that comes last decides the unit of a setting, and
+    # one layer setting both keys of a setting is an error. Logged once with the numbers.
+    cfg.SOLVER.EPOCHS = 0
+    # Epochs at which the learning rate is multiplied by SOLVER.GAMMA (SOLVER.STEPS); () off.
+    cfg.SOLVER.STEPS_EPOCHS = ()
+    # Length of the warm-up in epochs (SOLVER.WARMUP_ITERS); a float, 0.0 off.
+    cfg.SOLVER.WARMUP_EPOCHS = 0.0
+    # Whole epochs between periodic checkpoints (SOLVER.CHECKPOINT_PERIOD); 0 off.
+    cfg.SOLVER.CHECKPOINT_PERIOD_EPOCHS = 0
+    # Whole epochs between evaluations (TEST.EVAL_PERIOD); 0 off.
+    cfg.TEST.EVAL_PERIOD_EPOCHS = 0
+    cfg.TEST.BEST_CHECKPOINT = CN()
+    # With periodic evaluation (TEST.EVAL_PERIOD > 0), keep the weights of the best
+    # evaluation so far in OUTPUT_DIR/model_best.pth (a checkpoint like any other).
+    cfg.TEST.BEST_CHECKPOINT.ENABLED = True
+    # The metric, as detectron2 flattens the results ("bbox/AP", "segm/AP50"; with several
+    # DATASETS.TEST, "<dataset>/bbox/AP"). "": bbox/AP, segm/AP with MODEL.MASK_ON, of the
+    # first test dataset.
+    cfg.TEST.BEST_CHECKPOINT.METRIC = ""
+    # "max" (higher is better, as AP) or "min".
+    cfg.TEST.BEST_CHECKPOINT.MODE = "max"
+    cfg.SOLVER.EARLY_STOP = CN()
+    # Stop after PATIENCE evaluations in a row that did not beat the reference (the metric of
+    # the last evaluation that did) by more than MIN_DELTA; 0 never stops early. The LR
+    # schedule's last step is respected: evaluations until the last of SOLVER.STEPS do not
+    # count, since the gain of that step only shows after it (docs/training_schedules.md).
+    cfg.SOLVER.EARLY_STOP.PATIENCE = 0
+    # The improvement that counts, in the metric's units (AP points).
+    cfg.SOLVER.EARLY_STOP.MIN_DELTA = 0.0
 
 
 def add_checkpoint_config(cfg: CN) -> None:

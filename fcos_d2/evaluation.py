@@ -2,7 +2,8 @@
 
 ``append_summaries`` appends one block per evaluated dataset to
 ``<output_dir>/inference/<dataset>/summary.txt``, so that a training run leaves the history
-of its evaluations in one small file. A block holds the box table, or, when masks were
+of its evaluations in one small file (``append_summary_note`` adds one-line notes between
+the blocks: the best evaluation so far, an early stop). A block holds the box table, or, when masks were
 evaluated too ("segm" results), one row per task ("bbox", "segm") and a per-category table
 with a column per task. ``expected_results_verdict`` states in one line whether
 ``TEST.EXPECTED_RESULTS`` holds, by the rule of detectron2's ``verify_results``.
@@ -19,8 +20,9 @@ from detectron2.structures import Boxes, pairwise_iou
 from detectron2.utils.events import get_event_storage
 from detectron2.utils.file_io import PathManager
 
-__all__ = ["SUMMARY_METRICS", "append_summaries", "append_summary", "expected_results_verdict",
-           "format_summary", "iterations_trained", "proposal_recall", "summary_path"]
+__all__ = ["SUMMARY_METRICS", "append_summary_note", "append_summaries", "append_summary",
+           "expected_results_verdict", "format_summary", "iterations_trained", "proposal_recall",
+           "summary_path"]
 
 # The COCO box metrics of a summary, in COCOEvaluator's names and order.
 SUMMARY_METRICS = ("AP", "AP50", "AP75", "APs", "APm", "APl")
@@ -126,6 +128,17 @@ def append_summaries(output_dir: str, dataset_names: Sequence[str], results: Map
         if "bbox" in result:
             append_summary(output_dir, name, result["bbox"], iterations, label, model,
                            segm_results=result.get("segm"))
+
+
+def append_summary_note(output_dir: str, dataset_name: str, note: str) -> str:
+    """Appends ``== <note> ==`` after the last block of ``dataset_name``'s summary, e.g.
+    which iteration is the best so far, or why the training stopped early
+    (fcos_d2.engine.best). Returns the file's path."""
+    path = summary_path(output_dir, dataset_name)
+    PathManager.mkdirs(os.path.dirname(path))
+    with PathManager.open(path, "a") as f:
+        f.write(f"== {note} ==\n\n")
+    return path
 
 
 def iterations_trained(max_iter: int) -> Optional[int]:

@@ -71,6 +71,8 @@ def _trainer_class(cfg):
 
 def do_train(args, cfg) -> None:
     """Builds model, optimizer, data and hooks from ``cfg``, then trains to train.max_iter."""
+    from fcos_d2.engine.schedule import LAZY_SCHEDULE_KEYS, ScheduleOnResume, schedule_record
+
     model = instantiate(cfg.model).to(cfg.train.device)
     logger.info("Model:\n%s", model)
     cfg.optimizer.params.model = model
@@ -91,6 +93,8 @@ def do_train(args, cfg) -> None:
         hooks.PeriodicCheckpointer(checkpointer, **cfg.train.checkpointer) if main_process
         else None,
         SaveOnPreemption(checkpointer),  # no data-stream state: resumes, but not exactly
+        ScheduleOnResume(schedule_record(cfg, LAZY_SCHEDULE_KEYS,  # checked on --resume
+                                         "dataloader.train.total_batch_size")),
         hooks.EvalHook(cfg.train.eval_period, lambda: do_test(cfg, model)),
         hooks.PeriodicWriter(default_writers(cfg.train.output_dir, cfg.train.max_iter),
                              period=cfg.train.log_period) if main_process else None,
@@ -101,16 +105,23 @@ def do_train(args, cfg) -> None:
 
 
 def setup(args):
-    """Loads the config, applies the ``key=value`` overrides, falls back to the CPU."""
+    """Loads the config, applies the ``key=value`` overrides and the schedule in epochs
+    (train.epochs & co.; fcos_d2/engine/schedule.py), falls back to the CPU."""
+    from fcos_d2.engine.schedule import apply_lazy_epoch_schedule
+
     cfg = LazyConfig.load(args.config_file)
     cfg = LazyConfig.apply_overrides(cfg, args.opts)
     fallback = ""
     if cfg.train.device.startswith("cuda") and not torch.cuda.is_available():
         fallback = f"CUDA is not available: train.device {cfg.train.device} -> cpu"
         cfg.train.device = "cpu"
+    schedule = None if args.eval_only else apply_lazy_epoch_schedule(  # train.epochs & co.
+        cfg, args.config_file, args.opts, comm.get_world_size())
     default_setup(cfg, args)
     if fallback:
         logger.warning(fallback)
+    if schedule is not None:
+        logger.info(schedule.describe())
     return cfg
 
 

@@ -141,6 +141,15 @@ train = dict(
     ddp=dict(broadcast_buffers=False, find_unused_parameters=False, fp16_compression=False),
     checkpointer=dict(period=5000, max_to_keep=100),
     eval_period=0,  # evaluate at the end only (TEST.EVAL_PERIOD 0)
+    # The schedule in epochs (SOLVER.EPOCHS & co. of the YAML configs; 0 or []: off): when
+    # set, they replace max_iter, the LR milestones (made absolute: num_updates = max_iter),
+    # the warm-up, checkpointer.period and eval_period, derived from the training set's
+    # size and dataloader.train.total_batch_size (fcos_d2/engine/schedule.py).
+    epochs=0,
+    steps_epochs=[],
+    warmup_epochs=0.0,
+    checkpoint_period_epochs=0,
+    eval_period_epochs=0,
     log_period=20,
     device="cuda",  # falls back to cpu without CUDA (tools/lazyconfig_train_net.py)
 )

@@ -47,6 +47,8 @@ from ..report.evaluator import ReportingCOCOEvaluator
 from ..trainer_extensions import trainer_extensions_for
 from ..visualization import save_loader_predictions
 from .amp import CPUAMPTrainer, cpu_autocast_dtype
+from .best import EarlyStop, KeepBestCheckpoint
+from .schedule import ScheduleOnResume, apply_epoch_schedule, config_layers, schedule_record
 from .compile import ReportCompileTime, compile_in_place
 from .heartbeat import ReportProgress
 from .hooks import StopOnNonFiniteLoss, WarnOnLowDiskSpace
@@ -88,6 +90,17 @@ class Trainer(DefaultTrainer):
             logger.info(f"MODEL.FCOS.COMPILE: {' and '.join(parts)} compiled with "
                         f"torch.compile; the first iteration compiles them")
             self.register_hooks([ReportCompileTime(parts)])
+
+    def train(self):
+        """DefaultTrainer.train; an early stop (SOLVER.EARLY_STOP) ends it normally."""
+        try:
+            return super().train()
+        except EarlyStop as stop:
+            logger.info(str(stop))
+            results = getattr(self, "_last_eval_results", None)
+            if self.cfg.TEST.EXPECTED_RESULTS and comm.is_main_process() and results:
+                verify_results(self.cfg, results)  # as DefaultTrainer.train does
+            return results
 
     @classmethod
     def build_optimizer(cls, cfg, model):
@@ -190,6 +203,10 @@ class Trainer(DefaultTrainer):
         # after the LR scheduler and the checkpointer (rank 0), before the evaluation
         evaluation = next(i for i, h in enumerate(hook_list) if isinstance(h, hooks.EvalHook))
         hook_list.insert(evaluation, SaveOnPreemption(self.checkpointer, exact_resume))
+        hook_list.append(ScheduleOnResume(schedule_record(self.cfg)))  # checked on --resume
+        if self.cfg.TEST.EVAL_PERIOD > 0 or self.cfg.SOLVER.EARLY_STOP.PATIENCE:  # model_best,
+            # early stop: after the evaluation (appended: after the EvalHook)
+            hook_list.append(KeepBestCheckpoint.from_config(self.cfg, self.checkpointer))
         if self.skip_final_eval:  # the same evaluation function (EvalHook._func in v0.6 and
             # main), in a hook that skips the evaluation after the last iteration
             eval_hook = next(h for h in hook_list if isinstance(h, hooks.EvalHook))
@@ -224,6 +241,8 @@ def setup(args):
         cfg.MODEL.DEVICE = "cpu"
     for name, json_file, image_root in args.register_coco:
         register_coco_dataset(name, json_file, image_root)
+    schedule = None if args.eval_only else apply_epoch_schedule(  # SOLVER.EPOCHS & co.
+        cfg, config_layers(args.config_file, args.opts), comm.get_world_size())
     check_num_classes([*cfg.DATASETS.TRAIN, *cfg.DATASETS.TEST], cfg.MODEL.FCOS.NUM_CLASSES)
     for extension in trainer_extensions_for(cfg):  # members' checks, then changes
         extension.check_config(cfg)
@@ -233,6 +252,8 @@ def setup(args):
     setup_logger(cfg.OUTPUT_DIR, distributed_rank=comm.get_rank(), name="fcos_d2")
     if fallback:
         logger.warning(fallback)
+    if schedule is not None:
+        logger.info(schedule.describe())
     return cfg
 
 

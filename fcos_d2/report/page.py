@@ -9,7 +9,7 @@ import html
 import os
 from typing import Dict, List, Mapping, Sequence, Tuple
 
-__all__ = ["write_report_page"]
+__all__ = ["add_page_note", "write_report_page"]
 
 _STYLE = """body{font-family:sans-serif;margin:1.5em;color:#222}
 h2{margin-top:1.6em;border-bottom:1px solid #ccc}
@@ -84,3 +84,13 @@ def write_report_page(path: str, *, title: str, results: Mapping[str, Mapping[st
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(parts))
     return path
+
+
+def add_page_note(path: str, note: str) -> None:
+    """Adds ``note`` as a paragraph under the heading of the page at ``path`` (written by
+    ``write_report_page``), e.g. which evaluation is the best so far."""
+    with open(path, encoding="utf-8") as f:
+        page = f.read()
+    page = page.replace("</h1>", f"</h1>\n<p class='note'>{html.escape(note)}</p>", 1)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(page)
