@@ -1,4 +1,5 @@
-"""Other projects' FCOS behind detectron2's model interface, for tools/train_quality.py.
+"""Other projects' FCOS behind detectron2's model interface, for the training-quality
+benchmark (``benchmarks.train_quality.contenders.OtherFCOS``).
 
 Both take detectron2's batched inputs (list of dicts with "image" (3, H, W) in
 ``INPUT.FORMAT`` and, in training, "instances") and return a loss dict in training or

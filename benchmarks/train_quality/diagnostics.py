@@ -1,5 +1,5 @@
-"""Training diagnostics for tools/train_quality.py ``--diagnostics``: where does a run's
-variance come from?
+"""Training diagnostics for ``python -m benchmarks.train_quality --diagnostics``: where
+does a run's variance come from?
 
 ``TrainingDiagnostics`` is a detectron2 hook that watches a run without changing it: a
 forward hook on the detector's head, a wrapper around its label assignment (an instance

@@ -1,5 +1,5 @@
 """Re-evaluation of the training-quality benchmark's stored runs on further validation images
-(``python tools/train_quality.py --reevaluate N``).
+(``python -m benchmarks.train_quality --reevaluate N``).
 
 Every run of the benchmark keeps its weights (``OUTPUT/runs/<contender>-<seed>/
 model_final.pth``) and is scored on the regime's first VAL_IMAGES validation images. This
@@ -12,6 +12,8 @@ import json
 import statistics
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
+
+from benchmarks.runner import load_results
 
 EXTRA_VAL_NAME = "train_quality_{regime}_val_extra_{count}"
 
@@ -68,8 +70,6 @@ def reevaluate(runs: List[tuple], *, build: Callable, evaluate: Callable,
     lines) on `dataset_name`: ``build(name, seed, dataset_name)`` gives (model, cfg),
     ``evaluate(model, cfg)`` the metrics. Appends and returns every record of the file."""
     import torch
-
-    from train_quality import load_results
 
     records = load_results(results_file)
     done = {(r["contender"], r["seed"], r["dataset"]) for r in records}

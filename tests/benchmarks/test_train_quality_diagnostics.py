@@ -1,10 +1,8 @@
-"""tools/train_quality_diagnostics.py: a hook that records losses, positives per level,
+"""benchmarks.train_quality.diagnostics: a hook that records losses, positives per level,
 gradient norms, BN statistics, regression outputs and the positives' scores of a run
 without changing it."""
 import importlib.util
 import itertools
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -12,11 +10,8 @@ from detectron2.engine import SimpleTrainer
 from detectron2.solver.build import maybe_add_gradient_clipping
 from detectron2.structures import Boxes, Instances
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tools"))
-
-import train_quality as tq  # noqa: E402
-import train_quality_diagnostics as diag  # noqa: E402
+from benchmarks.train_quality import analyses, catalog, protocol
+from benchmarks.train_quality import contenders as cn, diagnostics as diag
 
 
 def test_summary_of_hand_made_values():
@@ -49,11 +44,11 @@ def _batch():
 
 
 def _train_with_diagnostics(name, clip_value=None):
-    clipping = [] if clip_value is None else [*tq.CLIP_GRADIENTS,
+    clipping = [] if clip_value is None else [*cn.CLIP_GRADIENTS,
                                               "SOLVER.CLIP_GRADIENTS.CLIP_VALUE", clip_value]
-    cfg = tq._setup_cfg(name, 0, "unused", ["MODEL.FPN.OUT_CHANNELS", 32,
+    cfg = catalog.contender_cfg(name, 0, "unused", ["MODEL.FPN.OUT_CHANNELS", 32,
                                              "MODEL.FCOS.NUM_CONVS", 1, *clipping])
-    model = tq.build_contender(name, cfg).train()
+    model = catalog.build_contender(name, cfg).train()
     sgd = maybe_add_gradient_clipping(cfg, torch.optim.SGD)  # SGD itself without clipping
     trainer = SimpleTrainer(model, itertools.repeat(_batch()), sgd(model.parameters(), lr=0.001))
     watcher = diag.TrainingDiagnostics(model, every=2, window=2)
@@ -83,7 +78,7 @@ def test_gradient_norms_before_the_step_are_the_same_unclipped_and_larger_clippe
     after, before = clipped["grad_norm"]["total"]["max"], clipped["grad_norm_before_step"]["max"]
     # each parameter's gradient is cut to norm 0.001: the total after is at most
     # 0.001 * sqrt(parameters); the unclipped norms are far above it
-    bound = 0.001 * sum(1 for p in tq.build_contender("fcos-d2 recipe", tq._setup_cfg(
+    bound = 0.001 * sum(1 for p in catalog.build_contender("fcos-d2 recipe", catalog.contender_cfg(
         "fcos-d2 recipe", 0, "unused", ["MODEL.FPN.OUT_CHANNELS", 32,
                                         "MODEL.FCOS.NUM_CONVS", 1])).parameters()) ** 0.5
     assert all(a <= bound * 1.0001 for a in after)
@@ -91,10 +86,10 @@ def test_gradient_norms_before_the_step_are_the_same_unclipped_and_larger_clippe
 
 
 def test_the_hook_leaves_the_losses_unchanged():
-    cfg = tq._setup_cfg("fcos-d2 recipe", 0, "unused", ["MODEL.FPN.OUT_CHANNELS", 32,
+    cfg = catalog.contender_cfg("fcos-d2 recipe", 0, "unused", ["MODEL.FPN.OUT_CHANNELS", 32,
                                                          "MODEL.FCOS.NUM_CONVS", 1])
     torch.manual_seed(0)
-    model = tq.build_contender("fcos-d2 recipe", cfg).train()
+    model = catalog.build_contender("fcos-d2 recipe", cfg).train()
     before = model(_batch())
     watcher = diag.TrainingDiagnostics(model)
     model.loss_normaliser.values = None  # the EMA starts over
@@ -159,12 +154,12 @@ def test_positives_are_counted_per_level_over_a_dataset_with_objects_left_out():
 
 
 def test_the_positives_table_of_the_thin_regime_names_every_contender(monkeypatch):
-    monkeypatch.setattr(tq, "_register_datasets", lambda regime: None)
+    monkeypatch.setattr(protocol, "register_datasets", lambda regime: None)
     from detectron2.data import DatasetCatalog
 
     dataset = [{"height": 256, "width": 288, "annotations": [{"bbox": [100, 100, 80, 70]}]}]
     monkeypatch.setattr(DatasetCatalog, "get", lambda name: dataset)
-    rows = tq.positives_table("thin", ["fcos-d2 official", tq.RECIPE]).splitlines()
+    rows = analyses.positives_table("thin", ["fcos-d2 official", cn.RECIPE]).splitlines()
     assert [r.split(" | ")[0] for r in rows[2:]] == ["| fcos-d2 official", "| fcos-d2 recipe"]
     # an 80-px object: its centre region's farthest sides lie 40-64 px away, which is P3
     # under the official ranges (up to 64) and beyond P3 under the recipe's (up to 32)
@@ -173,9 +168,9 @@ def test_the_positives_table_of_the_thin_regime_names_every_contender(monkeypatc
 
 
 def test_weight_growth_is_one_as_initialised_and_squares_with_the_weights():
-    cfg = tq._setup_cfg("fcos-d2 recipe", 0, "unused", [])
+    cfg = catalog.contender_cfg("fcos-d2 recipe", 0, "unused", [])
     torch.manual_seed(0)
-    backbone = tq.build_contender("fcos-d2 recipe", cfg).backbone
+    backbone = catalog.build_contender("fcos-d2 recipe", cfg).backbone
     growth = diag.weight_growth(backbone.named_parameters())
     assert set(growth) == {"stem", "res2", "res3", "res4", "res5"}
     assert all(abs(g - 1) < 0.05 for g in growth.values()), growth  # 9408 draws in the stem

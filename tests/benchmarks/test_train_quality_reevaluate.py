@@ -1,18 +1,13 @@
-"""tools/train_quality_reevaluate.py: stored runs scored again on further validation images
-(``train_quality.py --reevaluate N``)."""
+"""benchmarks.train_quality.reevaluate: stored runs scored again on further validation
+images (``python -m benchmarks.train_quality --reevaluate N``)."""
 import json
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tools"))
-
-import train_quality as tq  # noqa: E402
-from train_quality_reevaluate import (further_images, reevaluate,  # noqa: E402
-                                      reevaluation_table, stored_runs)
+from benchmarks.train_quality import cli
+from benchmarks.train_quality.reevaluate import (further_images, reevaluate,
+                                                 reevaluation_table, stored_runs)
 
 
 def _coco(num_images):
@@ -98,5 +93,5 @@ def test_the_table_pairs_each_seed_on_both_sets():
 
 
 def test_the_option_is_parsed():
-    args = tq._parser().parse_args(["--regime", "thin", "--reevaluate", "500"])
+    args = cli._parser().parse_args(["--regime", "thin", "--reevaluate", "500"])
     assert args.reevaluate == 500 and args.regime == "thin"
