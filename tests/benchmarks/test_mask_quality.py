@@ -1,9 +1,6 @@
-"""tools/mask_quality.py, its plumbing only (the measurement itself is `make mask-quality`):
+"""benchmarks.masks, its plumbing only (the measurement itself is `make mask-quality`):
 both contenders share one regime and differ in the detector, Mask R-CNN trains on the
 shared trunk and returns masks, and the table reports mean, spread, range and latency."""
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 from detectron2.modeling import build_model
@@ -13,15 +10,12 @@ from detectron2.utils.events import EventStorage
 from fcos_d2.data import synthetic
 from synthetic_samples import sample
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tools"))
-
-import mask_quality as mq  # noqa: E402
+from benchmarks.masks import cli as mq, configs as mconf
 
 
 def test_contenders_share_the_regime_and_differ_only_in_the_detector():
     sipmask, rcnn = (mq.setup_cfg(name, 1, "unused", 300, []) for name in mq.CONTENDERS)
-    assert mq.shared_regime(sipmask) == mq.shared_regime(rcnn)
+    assert mconf.shared_regime(sipmask) == mconf.shared_regime(rcnn)
     assert rcnn.MODEL.META_ARCHITECTURE == "GeneralizedRCNN" and rcnn.MODEL.MASK_ON
     assert (sipmask.DATASETS.TRAIN, sipmask.DATASETS.TEST) == \
         (("synthetic_masks_train",), ("synthetic_masks_val",))
@@ -81,11 +75,10 @@ def test_table_reports_mask_ap_mean_spread_range_box_ap_and_latency():
 
 
 def test_runs_are_reused_only_under_the_same_regime_and_the_table_is_written(
-        tmp_path, monkeypatch):
+        tmp_path, monkeypatch, records_dir):
     import json
 
     import fcos_d2.data
-    import train_quality
 
     key = mq.run_key(mq.setup_cfg("mask-rcnn", 0, "", 20, []))
     stale = dict(key, regime=dict(key["regime"], SEED=99))  # e.g. another schedule or seed
@@ -96,14 +89,18 @@ def test_runs_are_reused_only_under_the_same_regime_and_the_table_is_written(
     (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     launched = []
     monkeypatch.setattr(fcos_d2.data, "prepare_dataset", lambda name: None)
-    monkeypatch.setattr(train_quality, "_run_all",
-                        lambda todo, jobs, output, opts, script: launched.append((todo, opts)))
+    monkeypatch.setattr(mq, "run_all",
+                        lambda todo, jobs, output, opts, command: launched.append((todo, opts)))
     monkeypatch.setattr(mq, "measure_latency", lambda *args: {"mask-rcnn": {"median_s": 0.01}})
     table = mq.main(["--contenders", "mask-rcnn", "--seeds", "0", "1", "--iters", "20",
                      "--output", str(tmp_path)])  # seed 0 is reused, seed 1 runs again
     assert launched == [([("mask-rcnn", 1)], ["--iters", "20", "--val-images", "300"])]
     assert "| mask-rcnn | 0 | 5.0 |" in table  # the stale seed-1 row is not counted
     assert (tmp_path / "table.md").read_text() == table + "\n"
+    (latency,) = [json.loads(line) for line in open(records_dir / "masks.jsonl")]
+    assert latency["metrics"] == {"mask-rcnn": {"ms_per_image": 10.0}}
+    assert latency["run"]["kind"] == "latency" and latency["overrides"] == []
+    assert latency["command"].startswith("python -m benchmarks.masks --contenders mask-rcnn")
 
 
 def test_one_run_trains_and_reports_the_box_and_mask_scores_of_its_evaluation(
@@ -171,4 +168,4 @@ def test_the_model_digest_does_not_depend_on_which_lists_the_config_shares():
     own.MODEL.FPN.IN_FEATURES = list(own.MODEL.RESNETS.OUT_FEATURES)  # equal lists ...
     shared.MODEL.FPN.IN_FEATURES = shared.MODEL.RESNETS.OUT_FEATURES  # ... or one, twice
     assert own.MODEL.dump() != shared.MODEL.dump()  # yacs writes the second as an alias ...
-    assert mq.model_digest(own) == mq.model_digest(shared)  # ... the digest sees the values
+    assert mconf.model_digest(own) == mconf.model_digest(shared)  # ... the digest sees the values
