@@ -1,318 +1,36 @@
-"""Side-by-side benchmark of the whole R-50 FCOS: fcos-d2 against torchvision's FCOS and
-detectron2's built-in FCOS, in one process, same thread count, contenders interleaved
-(one timing of each in turn, so that load from other processes hits all of them alike),
-median of the timings after a warm-up. Prints a table per row and writes a JSON file.
-
-Rows (``--rows``, comma-separated; default all):
-  inference  latency per image at batch 1 and throughput at batch 4, 800x1216, float32 and
-             bf16 (CPU; fp16 AMP with --device cuda); fcos-d2 as configs/FCOS-R50.yaml,
-             also with MODEL.FCOS.CHANNELS_LAST
-  training   one iteration (forward, backward, SGD step), batch 2, 800x1216, 20 boxes each
-  flops      backbone + head MACs (fvcore) and the achieved fraction of this machine's peak,
-             the rate of a large 3x3 convolution timed in the same run
-  memory     peak RSS (CUDA: peak allocated) of one inference and one training iteration,
-             each contender in a fresh subprocess so that the peaks are its own
-  parts      training targets + losses, and post-processing, against torchvision's
-  onnx       the whole detector in onnxruntime, fp32 and int8, against PyTorch eager
-  compile    torch.compile (inductor) of backbone + head against eager: inference and a
-             training step, compile time, output difference
-  loader     images/s of one loader worker: FCOSDatasetMapper against detectron2's
-             DatasetMapper on 800x1333 JPEGs with the COCO augmentations
-  labelenc   the plain FCOS that LabelEnc's step 2 leaves (LEF and adapter stripped, loaded
-             strictly) against plain FCOS-R50: latency, parameters, MACs
-
-Adding a row: one function ``row_<name>(args) -> List[dict]`` that prints its table and
-returns its results, and an entry in ``ROWS``.
-
-Usage: python tools/benchmark.py [--rows inference,training] [--repeats 3] [--quick]
-       [--device cpu|cuda] [--threads N] [--json output/benchmark.json]
-"""
+"""The command of the speed benchmark (``python -m benchmarks.speed``; the rows are described
+in ``benchmarks/speed/__init__.py``): the rows by name, the target ratios, the JSON report
+and the run's record."""
 import argparse
-import contextlib
 import json
 import platform
-import statistics
-import subprocess
+import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Dict, List, Optional
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import torch
 
-import torch  # noqa: E402
+import benchmarks.speed as package
+from benchmarks import records
+from benchmarks.speed import contenders as bc, parts
+from benchmarks.speed.timing import (backbone_head_macs, interleaved_medians, low_tag,
+                                     print_table, size, training_step)
+from benchmarks.speed.whole_model import (memory_probe, row_flops, row_inference, row_memory,
+                                          row_training)
 
-import fcos_d2  # noqa: E402,F401  (before detectron2)
-from fcos_d2.engine.amp import cpu_has_native_bf16  # noqa: E402
-import benchmark_contenders as bc  # noqa: E402
-import benchmark_parts  # noqa: E402
-
-
-def synchronize(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
-def interleaved_medians(fns: Dict[str, Callable[[], object]], repeats: int, device: str,
-                        warmup: int = 1) -> Dict[str, float]:
-    """Median seconds of each function, timed in turn (a, b, c, a, b, c, ...)."""
-    times = {name: [] for name in fns}
-    for i in range(warmup + repeats):
-        for name, fn in fns.items():
-            synchronize(device)
-            start = time.perf_counter()
-            fn()
-            synchronize(device)
-            if i >= warmup:
-                times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) for name, t in times.items()}
-
-
-def low_precision(device: str) -> torch.dtype:
-    """bf16 autocast on the CPU; fp16 AMP on a GPU."""
-    return torch.bfloat16 if device == "cpu" else torch.float16
-
-
-def autocast(device: str, enabled: bool):
-    if not enabled:
-        return contextlib.nullcontext()
-    return torch.autocast(device, dtype=low_precision(device))
-
-
-def size(args) -> tuple:
-    return (512, 768) if args.quick else (800, 1216)
-
-
-def print_table(title: str, results: List[dict], baseline: str) -> None:
-    """One line per result; ``ratio`` is its time over the ``baseline`` contender's."""
-    print(f"\n[{title}]")
-    base = {r["batch"]: r["seconds"] for r in results if r["contender"] == baseline}
-    for r in results:
-        r["ratio_to_" + baseline.replace(" ", "_")] = r["seconds"] / base[r["batch"]]
-        print(f"  {r['contender']:32s} batch {r['batch']}  {r['seconds'] * 1e3:9.1f} ms/batch  "
-              f"{r['seconds'] / r['batch'] * 1e3:9.1f} ms/image  "
-              f"{r['batch'] / r['seconds']:6.2f} images/s  {r['seconds'] / base[r['batch']]:.2f}x")
-
-
-def bf16_kind(device: str) -> str:
-    """"native" or "emulated" (fcos_d2.engine.amp.cpu_has_native_bf16), "unknown" where the
-    CPU cannot tell; "" on a GPU. An emulated bf16 ratio is no result."""
-    if device != "cpu":
-        return ""
-    native = cpu_has_native_bf16()
-    return "unknown" if native is None else ("native" if native else "emulated")
-
-
-def low_tag(device: str) -> str:
-    """The low-precision rows' tag: "bf16 native" / "bf16 emulated" on a CPU, "fp16 AMP"."""
-    return f"bf16 {bf16_kind(device)}" if device == "cpu" else "fp16 AMP"
-
-
-def inference_contenders(device: str, image_size) -> Dict[str, Callable]:
-    """name -> infer(images), models in eval mode. fcos-d2 as configured (the fast path of
-    MODEL.FCOS.FAST_INFERENCE: folded BN, channels_last), as trained (FAST_INFERENCE
-    False), and the low-precision rows: fcos-d2 with MODEL.FCOS.INFERENCE_DTYPE (forced to
-    bf16 with CPU_BF16 "always", so that an emulated CPU shows what it costs) and
-    torchvision under autocast."""
-    low = "bfloat16" if device == "cpu" else "float16"
-    fp32, plain, tv, low_fast, d2 = (
-        bc.fcos_d2_inference_contender(device), bc.fcos_d2_inference_contender(
-            device, FAST_INFERENCE=False), bc.torchvision_contender(device, image_size),
-        bc.fcos_d2_inference_contender(device, INFERENCE_DTYPE=low, CPU_BF16="always"),
-        bc.detectron2_fcos_contender(device))
-    for contender in (tv, d2):
-        contender.model.eval()
-    return {
-        "fcos-d2 fp32": fp32.infer,
-        "fcos-d2 fp32 FAST_INFERENCE off": plain.infer,
-        "torchvision fp32": tv.infer,
-        d2.name + " fp32": d2.infer,
-        f"fcos-d2 {low_tag(device)}": low_fast.infer,
-        f"torchvision {low_tag(device)}": lambda images: autocast_call(device, tv.infer, images),
-    }
-
-
-def autocast_call(device: str, fn: Callable, *args):
-    with autocast(device, True):
-        return fn(*args)
-
-
-def row_inference(args) -> List[dict]:
-    torch.manual_seed(0)
-    contenders = inference_contenders(args.device, size(args))
-    results = []
-    for batch in args.inference_batches:
-        images = bc.random_images(batch, *size(args), args.device)
-        with torch.no_grad():
-            fns = {name: (lambda f=f: f(images)) for name, f in contenders.items()}
-            medians = interleaved_medians(fns, args.repeats, args.device)
-        results += [{"row": "inference", "contender": name, "batch": batch, "seconds": t,
-                     "image_size": list(size(args))} for name, t in medians.items()]
-    print_table(f"inference, R-50 FCOS, {'x'.join(map(str, size(args)))}, random weights",
-                results, "torchvision fp32")
-    return results
-
-
-def training_step(contender: bc.Contender, device: str, low: bool) -> Callable[[], None]:
-    """One SGD iteration of ``contender`` on a fixed batch, the forward under autocast when
-    ``low`` (with a gradient scaler on CUDA, as detectron2's AMPTrainer)."""
-    model = contender.model.train()
-    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1e-4,
-                                momentum=0.9)
-    scaler = torch.amp.GradScaler("cuda") if device == "cuda" and low else None
-
-    def step(images, targets):
-        with autocast(device, low):
-            loss = contender.loss(images, targets)
-        optimizer.zero_grad()
-        if scaler is None:
-            loss.backward()
-            optimizer.step()
-        else:
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
-    return step
-
-
-def row_training(args) -> List[dict]:
-    torch.manual_seed(0)
-    tag = low_tag(args.device)
-    images = bc.random_images(2, *size(args), args.device)
-    targets = bc.random_targets(2, 20, *size(args), args.device)
-    d2 = lambda **fcos: bc.fcos_d2_contender(args.device, **fcos)
-    tv = lambda: bc.torchvision_contender(args.device, size(args))
-    steps = {
-        "fcos-d2 fp32": training_step(d2(), args.device, False),
-        "fcos-d2 fp32 +CL": training_step(d2(CHANNELS_LAST=True), args.device, False),
-        "torchvision fp32": training_step(tv(), args.device, False),
-        f"fcos-d2 {tag} +CL": training_step(d2(CHANNELS_LAST=True, CPU_BF16="always"),
-                                            args.device, True),
-        f"torchvision {tag}": training_step(tv(), args.device, True),
-    }
-    fns = {name: (lambda s=s: s(images, targets)) for name, s in steps.items()}
-    medians = interleaved_medians(fns, args.repeats, args.device)
-    results = [{"row": "training", "contender": name, "batch": 2, "seconds": t, "boxes": 20,
-                "image_size": list(size(args))} for name, t in medians.items()]
-    print_table("training iteration (forward, backward, SGD step), 20 boxes per image",
-                results, "torchvision fp32")
-    return results
-
-
-def row_flops(args) -> List[dict]:
-    """MACs of fcos-d2's backbone + head (fvcore counts one multiply-add as one "flop"),
-    their achieved rate, and the rate of a large 3x3 conv in the same run."""
-    from fvcore.nn import FlopCountAnalysis
-
-    contender = bc.fcos_d2_contender(args.device)
-    contender.model.eval()
-    images = bc.random_images(1, *size(args), args.device)
-    conv = torch.nn.Conv2d(256, 256, 3, padding=1).to(args.device).eval()
-    conv_input = torch.randn(1, 256, 200, 304, device=args.device)
-    conv_nhwc = torch.nn.Conv2d(256, 256, 3, padding=1).to(args.device).eval().to(
-        memory_format=torch.channels_last)
-    nhwc_input = conv_input.contiguous(memory_format=torch.channels_last)
-    with torch.no_grad():
-        macs = _backbone_head_macs(contender, images)
-        conv_macs = FlopCountAnalysis(conv, conv_input).total()
-        medians = interleaved_medians({"net": lambda: contender.backbone_head(images),
-                                       "conv": lambda: conv(conv_input),
-                                       "conv_nhwc": lambda: conv_nhwc(nhwc_input)},
-                                      args.repeats, args.device)
-    # The peak: the faster of the two layouts.
-    peak = 2 * conv_macs / min(medians["conv"], medians["conv_nhwc"])
-    t_net = medians["net"]
-    result = {"row": "flops", "image_size": list(size(args)), "backbone_head_gmacs": macs / 1e9,
-              "backbone_head_seconds": t_net, "achieved_gflops": 2 * macs / t_net / 1e9,
-              "peak_gflops_3x3_conv": peak / 1e9, "fraction_of_peak": 2 * macs / t_net / peak,
-              "floor_seconds": 2 * macs / peak}
-    print(f"\n[flops, fp32, one {'x'.join(map(str, size(args)))} image]")
-    print(f"  fcos-d2 backbone+head: {macs / 1e9:.1f} GMACs in {t_net:.2f} s = "
-          f"{result['achieved_gflops']:.0f} GFLOP/s")
-    print(f"  3x3 conv 256->256 at 200x304 (best of NCHW, NHWC): {peak / 1e9:.0f} GFLOP/s "
-          f"-> fraction of peak {result['fraction_of_peak']:.2f}, "
-          f"floor {result['floor_seconds']:.2f} s per image")
-    return [result]
-
-
-def _backbone_head_macs(contender: bc.Contender, images: torch.Tensor) -> float:
-    from fvcore.nn import FlopCountAnalysis
-
-    class BackboneHead(torch.nn.Module):
-        def __init__(self, model):
-            super().__init__()
-            self.model = model
-
-        def forward(self, x):
-            return contender.backbone_head(x)
-
-    counter = FlopCountAnalysis(BackboneHead(contender.model), (images,))
-    counter.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
-    return counter.total()
-
-
-def row_memory(args) -> List[dict]:
-    """Peak memory of each contender, one fresh subprocess per (contender, mode)."""
-    results = []
-    print("\n[peak memory" + (", RSS high-water mark of a fresh process]"
-                             if args.device == "cpu" else ", CUDA max allocated]"))
-    for name in bc.CONTENDERS:
-        for mode in ("inference", "training"):
-            command = [sys.executable, __file__, "--memory-probe", name, mode,
-                       "--device", args.device, "--threads", str(args.threads)]
-            if args.quick:
-                command.append("--quick")
-            probe = subprocess.run(command, capture_output=True, text=True)
-            if probe.returncode != 0:
-                print(f"  {name:12s} {mode:9s} failed: {probe.stderr.strip()[-300:]}")
-                continue
-            result = json.loads(probe.stdout.strip().splitlines()[-1])
-            results.append(result)
-            print(f"  {result['contender']:32s} {mode:9s} "
-                  f"peak {result['peak_mib']:7.0f} MiB (after building: "
-                  f"{result['built_mib']:.0f} MiB)")
-    return results
-
-
-def rss() -> float:
-    """This process's RSS high-water mark in MiB: VmHWM, which starts afresh at exec
-    (getrusage's ru_maxrss would carry over the parent's peak)."""
-    status = Path("/proc/self/status").read_text().splitlines()
-    return next(int(line.split()[1]) for line in status if line.startswith("VmHWM")) / 1024
-
-
-def memory_probe(name: str, mode: str, args) -> None:
-    """Runs in the subprocess: builds one contender, runs ``mode`` twice, prints JSON."""
-    contender = bc.CONTENDERS[name](args.device, image_size=size(args))
-    built = rss() if args.device == "cpu" else torch.cuda.memory_allocated() / 2 ** 20
-    if mode == "inference":
-        images = bc.random_images(1, *size(args), args.device)
-        contender.model.eval()
-        with torch.no_grad():
-            for _ in range(2):
-                contender.infer(images)
-        batch = 1
-    else:
-        images = bc.random_images(2, *size(args), args.device)
-        targets = bc.random_targets(2, 20, *size(args), args.device)
-        step = training_step(contender, args.device, False)
-        for _ in range(2):
-            step(images, targets)
-        batch = 2
-    peak = rss() if args.device == "cpu" else torch.cuda.max_memory_allocated() / 2 ** 20
-    print(json.dumps({"row": "memory", "contender": contender.name, "mode": mode,
-                      "batch": batch, "peak_mib": peak, "built_mib": built}))
+BENCHMARK = "speed"  # benchmarks/results/speed.jsonl
 
 
 def row_parts(args) -> List[dict]:
-    return benchmark_parts.run(args.repeats, quick=args.quick)
+    return parts.run(args.repeats, quick=args.quick)
 
 
 def row_onnx(args) -> List[dict]:
     """fcos-d2 as configs/FCOS-R50.yaml, random weights, one image, batch 1."""
     import onnxruntime
-    from benchmark_onnx import onnx_vs_eager_latency
+    from benchmarks.speed.onnx_row import onnx_vs_eager_latency
 
     if args.device != "cpu":
         print("\n[onnx] skipped: the ONNX row runs on the CPU only")
@@ -334,21 +52,21 @@ def row_onnx(args) -> List[dict]:
 
 
 def row_loader(args) -> List[dict]:
-    import benchmark_loader
+    from benchmarks.speed import loader_row
 
-    return benchmark_loader.row(args.repeats)
+    return loader_row.row(args.repeats)
 
 
 def row_labelenc(args) -> List[dict]:
-    import benchmark_labelenc
+    from benchmarks.speed import labelenc_row
 
-    return benchmark_labelenc.row(args, interleaved_medians, _backbone_head_macs, size(args))
+    return labelenc_row.row(args, interleaved_medians, backbone_head_macs, size(args))
 
 
 def row_compile(args) -> List[dict]:
-    import benchmark_compile
+    from benchmarks.speed import compile_row
 
-    return benchmark_compile.row(args, interleaved_medians, training_step, size(args))
+    return compile_row.row(args, interleaved_medians, training_step, size(args))
 
 
 ROWS = {"inference": row_inference, "training": row_training, "flops": row_flops,
@@ -406,7 +124,7 @@ def machine(args) -> dict:
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=package.__doc__.splitlines()[0])
     parser.add_argument("--rows", default=",".join(ROWS),
                         help=f"comma-separated, from {list(ROWS)} (default: all)")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs after one warm-up")
@@ -426,7 +144,8 @@ def parse_args(argv=None):
     return args
 
 
-def main(argv=None) -> None:
+def main(argv: Optional[List[str]] = None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.memory_probe:
@@ -437,12 +156,29 @@ def main(argv=None) -> None:
         print(f"skipped: {report['skipped']}")
     else:
         print(f"{report['machine']}")
+        start = time.perf_counter()
         for name in args.rows.split(","):
             report["rows"][name] = ROWS[name](args)
             write_json(args.json, report)  # after every row: a long run keeps what it did
         report["targets"] = target_ratios(report["rows"], args.device)
+        seconds = time.perf_counter() - start
+        path = records.append_record(run_record(report, args, argv, seconds))
+        print(f"\nrecorded in {path}")
     write_json(args.json, report)
     print(f"\nwrote {args.json}")
+
+
+def run_record(report: dict, args, argv: List[str], seconds: float) -> dict:
+    """The ``benchmarks.records`` record of a run: every row's results and the targets as
+    metrics; the machine (torch, detectron2, device, threads, GPU) and options under "run".
+    The speed rows use random weights and inputs seeded 0, and no config overrides."""
+    options = {"rows": args.rows.split(","), "repeats": args.repeats, "quick": args.quick,
+               "inference_batches": args.inference_batches, "threads": args.threads}
+    return records.make_record(
+        BENCHMARK, command=f"python -m benchmarks.speed {shlex.join(argv)}", seed=0,
+        overrides=[], metrics={"rows": report["rows"], "targets": report["targets"]},
+        times={"total_seconds": round(seconds, 1)},
+        run={"machine": report["machine"], "options": options})
 
 
 def write_json(path: str, report: dict) -> None:

@@ -1,4 +1,4 @@
-"""The compile row of tools/benchmark.py: ``torch.compile`` (inductor; a C++ compiler on
+"""The compile row of ``python -m benchmarks.speed``: ``torch.compile`` (inductor; a C++ compiler on
 the CPU) of fcos-d2's backbone and head, against eager, for inference (the fast path as
 configured: folded BN, channels_last) and for a training step, interleaved; with the
 compile time (the first call) and the largest difference of the outputs.
@@ -61,7 +61,7 @@ def _largest_difference(a, b) -> float:
 def measure(device: str, image_size, repeats: int, interleaved, training_step) -> Dict:
     """Eager vs compiled seconds (medians), compile seconds and output differences, for
     inference (batch 1) and a training step (batch 2, 20 boxes per image)."""
-    import benchmark_contenders as bc
+    from benchmarks.speed import contenders as bc
     from fcos_d2.modeling.fast_inference import inference_model
 
     result = {}

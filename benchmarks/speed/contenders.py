@@ -1,4 +1,4 @@
-"""The models and inputs that tools/benchmark.py compares: R-50 FCOS as fcos-d2 builds it
+"""The models and inputs that ``python -m benchmarks.speed`` compares: R-50 FCOS as fcos-d2 builds it
 (configs/FCOS-R50.yaml), as torchvision builds it, and as detectron2 builds it (its
 built-in ``FCOS`` meta-architecture, from its model-zoo LazyConfig).
 
@@ -20,7 +20,7 @@ from detectron2.structures import Boxes, Instances
 from detectron2.utils.events import EventStorage
 from fcos_d2.modeling.fast_inference import fast_inference_enabled, inference_model
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 NUM_CLASSES = 80
 
 

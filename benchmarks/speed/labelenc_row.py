@@ -1,4 +1,4 @@
-"""The labelenc row of tools/benchmark.py: what LabelEnc's step 2 leaves for inference is a
+"""The labelenc row of ``python -m benchmarks.speed``: what LabelEnc's step 2 leaves for inference is a
 plain FCOS. The weights of a ``configs/LabelEnc/FCOS-R50-step2.yaml`` training model,
 without the LEF and the adapter (``fcos_state_dict``, as ``model_final_fcos.pth``), load
 strictly into the plain FCOS of ``configs/FCOS-R50.yaml``; that model is timed against a
@@ -17,7 +17,7 @@ from fcos_d2.modeling.fast_inference import fast_inference_enabled, inference_mo
 from fcos_d2.modeling.labelenc import build_labelenc_model
 from fcos_d2.modeling.labelenc.weights import fcos_state_dict
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 STEP2_CONFIG = REPO / "configs" / "LabelEnc" / "FCOS-R50-step2.yaml"
 
 
@@ -39,7 +39,7 @@ def labelenc_plain_model(device: str, config: Path = STEP2_CONFIG, *opts) -> tor
 
 
 def row(args, interleaved: Callable, macs: Callable, image_size) -> List[dict]:
-    import benchmark_contenders as bc
+    from benchmarks.speed import contenders as bc
 
     torch.manual_seed(0)
     cfg = bc.fcos_d2_cfg(args.device)  # configs/FCOS-R50.yaml

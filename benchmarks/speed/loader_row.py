@@ -1,4 +1,4 @@
-"""The loader row of tools/benchmark.py: images per second of one loader worker, i.e. the
+"""The loader row of ``python -m benchmarks.speed``: images per second of one loader worker, i.e. the
 dataset mapper alone in one process: fcos-d2's ``FCOSDatasetMapper`` against detectron2's
 ``DatasetMapper``, on 800x1333 JPEGs with the augmentations of the COCO configs
 (``ResizeShortestEdge`` to a short side of 640-800 by 32, at most 1333, and a random
@@ -40,7 +40,7 @@ def write_jpegs(folder: Path, count: int, height: int = 800, width: int = 1333) 
 
 def coco_cfg():
     """configs/FCOS-R50.yaml's config (the COCO configs' INPUT augmentations)."""
-    import benchmark_contenders as bc
+    from benchmarks.speed import contenders as bc
 
     return bc.fcos_d2_cfg("cpu")
 

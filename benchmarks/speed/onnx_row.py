@@ -1,4 +1,4 @@
-"""The ONNX row of tools/benchmark.py: the whole detector in onnxruntime (the graphs of
+"""The ONNX row of ``python -m benchmarks.speed``: the whole detector in onnxruntime (the graphs of
 tools/export_onnx.py, float32 and --int8) against PyTorch eager (as configured: the fast
 inference path), batch 1, the same thread count."""
 import statistics

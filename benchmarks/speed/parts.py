@@ -1,5 +1,5 @@
-"""Part-level rows of tools/benchmark.py (``--rows parts``), each against torchvision on
-the same inputs:
+"""Part-level rows of ``python -m benchmarks.speed`` (``--rows parts``), each against
+torchvision on the same inputs:
 
 1. training targets + losses for a COCO-like batch (16 images of 800x1333, 50 boxes each,
    80 classes; 4 with --quick): fcos-d2 vs torchvision's FCOS ``compute_loss`` on the same
@@ -99,7 +99,7 @@ def bench_training_targets(repeats: int, num_images: int) -> dict:
 def r50_fcos(score_thresh: float):
     cfg = get_cfg()
     fcos_d2.add_fcos_config(cfg)
-    cfg.merge_from_file(str(Path(__file__).resolve().parents[1] / "configs" / "FCOS-R50.yaml"))
+    cfg.merge_from_file(str(Path(__file__).resolve().parents[2] / "configs" / "FCOS-R50.yaml"))
     cfg.MODEL.DEVICE, cfg.MODEL.WEIGHTS = "cpu", ""
     cfg.MODEL.FCOS.INFERENCE_TH_TEST = score_thresh
     return build_model(cfg).eval()

@@ -1,24 +1,20 @@
-"""tools/benchmark.py's machinery (the timings themselves are its output, not tested):
-interleaved timing, the target ratios, row selection, and --device cuda without a GPU."""
-import importlib.util
+"""benchmarks.speed's machinery (the timings themselves are its output, not tested):
+interleaved timing, the target ratios, row selection, --device cuda without a GPU, and the
+record of a run."""
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
+from benchmarks.speed import compile_row, contenders as bc, labelenc_row, loader_row
 
 
 @pytest.fixture(scope="module")
 def benchmark():
-    import sys
-    sys.path.insert(0, str(REPO / "tools"))
-    spec = importlib.util.spec_from_file_location("benchmark", REPO / "tools" / "benchmark.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from benchmarks.speed import cli
+
+    return cli
 
 
 def test_contenders_are_timed_in_turn_after_a_warm_up(benchmark):
@@ -62,28 +58,41 @@ def test_an_unknown_row_is_rejected_naming_the_option(benchmark, capsys):
     assert "--rows: unknown ['speed']" in capsys.readouterr().err
 
 
-def test_device_cuda_without_a_gpu_prints_why_and_writes_the_reason(benchmark, tmp_path, capsys):
+def test_device_cuda_without_a_gpu_prints_why_and_writes_the_reason(benchmark, tmp_path, capsys,
+                                                                    records_dir):
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: --device cuda would run the whole benchmark")
     benchmark.main(["--device", "cuda", "--json", str(tmp_path / "b.json")])
     assert "skipped: --device cuda: CUDA is not available" in capsys.readouterr().out
     report = json.loads((tmp_path / "b.json").read_text())
     assert report["rows"] == {} and "CUDA is not available" in report["skipped"]
+    assert not (records_dir / "speed.jsonl").exists()  # nothing measured: no record
+
+
+def test_a_run_is_recorded_with_its_rows_targets_options_and_command(benchmark):
+    argv = ["--rows", "loader", "--repeats", "1", "--threads", "1"]
+    args = benchmark.parse_args(argv)
+    report = {"machine": {"cpu": "a CPU", "torch_threads": 1}, "targets": {"t (<= 1)": 0.5},
+              "rows": {"loader": [{"row": "loader", "contender": "fcos-d2", "seconds": 2.0}]}}
+    record = benchmark.run_record(report, args, argv, 12.34)
+    assert record["benchmark"] == "speed" and record["seed"] == 0
+    assert record["metrics"] == {"rows": report["rows"], "targets": {"t (<= 1)": 0.5}}
+    assert record["times"] == {"total_seconds": 12.3} and record["overrides"] == []
+    assert record["command"] == "python -m benchmarks.speed --rows loader --repeats 1 --threads 1"
+    assert record["run"]["options"] == {"rows": ["loader"], "repeats": 1, "quick": False,
+                                        "inference_batches": [1, 4], "threads": 1}
+    assert record["run"]["machine"] == report["machine"]
 
 
 def test_loader_row_times_both_mappers_on_jpegs_with_boxes(benchmark):
-    import benchmark_loader
-
-    result = benchmark_loader.mapper_throughput(images=2, repeats=1, size=(64, 96))
+    result = loader_row.mapper_throughput(images=2, repeats=1, size=(64, 96))
     assert result["fcos-d2"] > 0 and result["detectron2"] > 0
     assert result["ratio"] == pytest.approx(result["fcos-d2"] / result["detectron2"])
 
 
 def test_compile_row_says_why_it_skips_without_a_cpp_compiler(benchmark, monkeypatch, capsys):
-    import benchmark_compile
-
     monkeypatch.setattr(shutil, "which", lambda name: None)
-    rows = benchmark_compile.row(benchmark.parse_args(["--rows", "compile"]), None, None,
+    rows = compile_row.row(benchmark.parse_args(["--rows", "compile"]), None, None,
                                  (64, 96))
     assert rows == [{"row": "compile", "skipped": "no C++ compiler (c++, g++ or clang++) on "
                                                   "PATH: inductor needs one on the CPU"}]
@@ -91,20 +100,17 @@ def test_compile_row_says_why_it_skips_without_a_cpp_compiler(benchmark, monkeyp
 
 
 def test_compile_row_compares_training_losses_and_gradients(benchmark):
-    import benchmark_compile
-    import benchmark_contenders as bc
-
     torch.manual_seed(0)
     eager = bc.fcos_d2_contender("cpu")
     same = bc.fcos_d2_contender("cpu")
     same.model.load_state_dict(eager.model.state_dict())
     images, targets = bc.random_images(1, 64, 96, "cpu"), bc.random_targets(1, 3, 64, 96, "cpu")
-    equal = benchmark_compile._training_differences(eager, same, images, targets)
+    equal = compile_row._training_differences(eager, same, images, targets)
     assert equal.keys() == {"training_loss_rel_diff", "training_grad_max_abs_diff_over_largest"}
     assert all(value <= 1e-6 for value in equal.values())  # threads may sum in another order
     with torch.no_grad():
         same.model.head.cls_logits.bias += 1.0  # another model: another loss
-    differ = benchmark_compile._training_differences(eager, same, images, targets)
+    differ = compile_row._training_differences(eager, same, images, targets)
     assert differ["training_loss_rel_diff"] > 1e-3
     assert differ["training_grad_max_abs_diff_over_largest"] > 1e-3
     assert all(p.grad is None or not p.grad.any() for p in eager.model.parameters())
@@ -112,10 +118,8 @@ def test_compile_row_compares_training_losses_and_gradients(benchmark):
 
 def test_labelenc_row_times_the_stripped_step2_model_against_plain_fcos(benchmark):
     args = benchmark.parse_args(["--rows", "labelenc", "--repeats", "1"])
-    import benchmark_labelenc
-
-    rows = benchmark_labelenc.row(args, benchmark.interleaved_medians,
-                                  benchmark._backbone_head_macs, (64, 96))
+    rows = labelenc_row.row(args, benchmark.interleaved_medians,
+                            benchmark.backbone_head_macs, (64, 96))
     assert [r["contender"] for r in rows] == ["plain FCOS-R50", "LabelEnc step 2's FCOS-R50"]
     plain, labelenc = rows
     assert labelenc["parameters"] == plain["parameters"]
