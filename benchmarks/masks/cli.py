@@ -212,7 +212,8 @@ def main(argv: Optional[List[str]] = None) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=package.__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=f"python -m {MODULE}",
+                                     description=package.__doc__.split("\n\n")[0])
     parser.add_argument("--contenders", nargs="+", default=list(CONTENDERS),
                         choices=CONTENDERS)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])

@@ -124,7 +124,8 @@ def machine(args) -> dict:
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=package.__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.speed",
+                                     description=package.__doc__.splitlines()[0])
     parser.add_argument("--rows", default=",".join(ROWS),
                         help=f"comma-separated, from {list(ROWS)} (default: all)")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs after one warm-up")

@@ -157,7 +157,8 @@ def main(argv: Optional[List[str]] = None) -> None:
             parser.error(f"--step1-from {args.step1_from}: {'; '.join(filter(None, missing))}")
     run_benchmark(chosen, names, args, output)
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=package.__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=f"python -m {MODULE}",
+                                     description=package.__doc__.split("\n\n")[0])
     parser.add_argument("--regime", choices=sorted(protocol.REGIMES), default="shapes",
                         help="shapes: 128-px shapes, 6 classes (default); thin: 256-352 px "
                              "images, 10 classes of thin and filled objects")

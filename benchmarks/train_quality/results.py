@@ -46,8 +46,9 @@ def other_overrides(results: List[dict], opts: Sequence) -> Optional[str]:
 
 def repository_record(result: dict, command: str) -> dict:
     """The ``benchmarks.records`` record of one run's `result` (a results.jsonl line):
-    its metrics and times apart, the rest (diagnostics aside) under "run"."""
-    kept = {k: v for k, v in result.items() if k not in (*METRICS, *TIMES, "diagnostics")}
+    its seed, metrics and times apart, the rest (diagnostics aside) under "run"."""
+    kept = {k: v for k, v in result.items()
+            if k not in (*METRICS, *TIMES, "diagnostics", "seed")}
     return records.make_record(
         BENCHMARK, command=command, seed=result["seed"], overrides=result.get("opts", []),
         metrics={k: result[k] for k in METRICS if k in result},
