@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-TOOL = Path(__file__).resolve().parents[1] / "tools" / "detection_errors.py"
+TOOL = Path(__file__).resolve().parents[2] / "tools" / "detection_errors.py"
 spec = importlib.util.spec_from_file_location("detection_errors", TOOL)
 detection_errors = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(detection_errors)

@@ -1,12 +1,14 @@
 """tools/mask_resolution_bound.py: the free-map fit per stride, the IoU and the oracle AP."""
-import sys
+import importlib.util
 from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-import mask_resolution_bound as bound  # noqa: E402
+TOOL = Path(__file__).resolve().parents[2] / "tools" / "mask_resolution_bound.py"
+spec = importlib.util.spec_from_file_location("mask_resolution_bound", TOOL)
+bound = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bound)
 
 
 def ring(size: int = 32, center: float = 15.5, outer: float = 7.0, inner: float = 3.0):
