@@ -104,27 +104,47 @@ def masks_table(numbered: Numbered) -> List[str]:
     return lines
 
 
+def _compact(result: dict) -> str:
+    """A result's fields as JSON, floats to 4 significant digits, "row" left out."""
+    rounded = {k: float(f"{v:.4g}") if isinstance(v, float) else v
+               for k, v in result.items() if k != "row"}
+    return json.dumps(rounded, sort_keys=True)
+
+
 def speed_table(numbered: Numbered) -> List[str]:
-    """One row per timed result (row, contender, batch) of every run, then the targets."""
-    timed, targets = [], []
+    """The timed results (row, contender, batch) of every run, the parts against
+    torchvision, the other results (FLOPs, memory, ...) and the target ratios."""
+    timed, parts, other, targets = [], [], [], []
     for line, record in numbered:
+        trace = _provenance([(line, record)])
         threads = record["run"].get("options", {}).get("threads", "")
         device = record["run"].get("machine", {}).get("device", "")
-        for results in record["metrics"]["rows"].values():
-            for r in results:
-                if "seconds" in r and "contender" in r:
-                    batch = r.get("batch", 1)
-                    timed.append([r["row"], r["contender"], batch, f"{r['seconds'] * 1e3:.1f}",
-                                  f"{batch / r['seconds']:.2f}", device, threads,
-                                  *_provenance([(line, record)])])
-        targets += [[name, f"{value:.2f}", *_provenance([(line, record)])]
+        for r in (r for results in record["metrics"]["rows"].values() for r in results):
+            if "seconds" in r and "contender" in r:
+                batch = r.get("batch", 1)
+                timed.append([r["row"], r["contender"], batch, f"{r['seconds'] * 1e3:.1f}",
+                              f"{batch / r['seconds']:.2f}", device, threads, *trace])
+            elif "part" in r:
+                ours, theirs = r["fcos_d2_seconds"], r["torchvision_seconds"]
+                parts.append([r["part"], f"{ours * 1e3:.1f}", f"{theirs * 1e3:.1f}",
+                              f"{theirs / ours:.2f}", device, threads, *trace])
+            else:
+                other.append([r.get("row", ""), _compact(r), device, threads, *trace])
+        targets += [[name, f"{value:.2f}", *trace]
                     for name, value in record["metrics"].get("targets", {}).items()]
-    lines = _table(["row", "contender", "batch", "ms / batch", "images / s", "device",
-                    "threads", "commit", "CPU", "record"], timed)
-    if targets:
-        lines += ["", "Target ratios:", ""]
-        lines += _table(["ratio", "value", "commit", "CPU", "record"], targets)
-    return lines
+    sections = [
+        ("Timed results:", ["row", "contender", "batch", "ms / batch", "images / s", "device",
+                            "threads"], timed),
+        ("Parts, fcos-d2 against torchvision on the same inputs:",
+         ["part", "fcos-d2 ms", "torchvision ms", "torchvision / fcos-d2", "device",
+          "threads"], parts),
+        ("Other results:", ["row", "values", "device", "threads"], other),
+        ("Target ratios:", ["ratio", "value"], targets)]
+    lines = []
+    for title, header, rows in sections:
+        if rows:
+            lines += [title, "", *_table([*header, "commit", "CPU", "record"], rows), ""]
+    return lines[:-1]
 
 
 def generic_table(numbered: Numbered) -> List[str]:

@@ -44,18 +44,21 @@ def test_training_quality_rows_are_per_contender_and_overrides_over_seeds(tmp_pa
                          f"10.0 / n/a | 100 | aaaaaaa | {cpu} | 3 |")
 
 
-def test_speed_rows_give_each_timed_result_and_the_targets(tmp_path):
+def test_speed_rows_give_timed_results_parts_other_results_and_the_targets(tmp_path):
     rows = {"inference": [{"row": "inference", "contender": "fcos-d2 fp32", "batch": 4,
                            "seconds": 0.5}],
-            "flops": [{"row": "flops", "backbone_head_gmacs": 1.0}]}  # not timed: left out
+            "parts": [{"row": "parts", "part": "targets+losses", "fcos_d2_seconds": 0.25,
+                       "torchvision_seconds": 0.5}],
+            "flops": [{"row": "flops", "backbone_head_gmacs": 1.23456}]}
     record = _record("speed", metrics={"rows": rows, "targets": {"x / y (<= 1)": 0.25}},
                      run={"machine": {"device": "cpu"}, "options": {"threads": 1}})
     lines = tables.generate(_write(tmp_path / "speed.jsonl", [record])).splitlines()
     cpu = "Example CPU (amx_bf16, avx512_bf16)"
     assert f"| inference | fcos-d2 fp32 | 4 | 500.0 | 8.00 | cpu | 1 | aaaaaaa | {cpu} | 1 |" \
         in lines
+    assert f"| targets+losses | 250.0 | 500.0 | 2.00 | cpu | 1 | aaaaaaa | {cpu} | 1 |" in lines
+    assert f'| flops | {{"backbone_head_gmacs": 1.235}} | cpu | 1 | aaaaaaa | {cpu} | 1 |' in lines
     assert lines[-1] == f"| x / y (<= 1) | 0.25 | aaaaaaa | {cpu} | 1 |"
-    assert not any("flops" in line for line in lines[5:])
 
 
 def test_mask_runs_and_latency_get_their_own_tables(tmp_path):
