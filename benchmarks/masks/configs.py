@@ -93,7 +93,7 @@ def shared_regime(cfg) -> dict:
     return json.loads(json.dumps(keys, default=list))
 
 
-# MODEL.FCOS keys that train_net reads for every architecture (class count, precision,
+# MODEL.FCOS keys that the trainer reads for every architecture (class count, precision,
 # compilation); Mask R-CNN reads no other key of the FCOS and SipMask nodes
 TRAINER_FCOS_KEYS = ("NUM_CLASSES", "CPU_BF16", "COMPILE")
 
