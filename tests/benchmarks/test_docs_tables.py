@@ -106,3 +106,9 @@ def test_a_malformed_records_file_stops_the_command_naming_the_file_and_line(tmp
 def test_a_folder_without_records_files_is_an_error_naming_it(tmp_path):
     with pytest.raises(SystemExit, match=f"{tmp_path}: no records files"):
         tables.main(["--records", str(tmp_path)])
+
+
+def test_the_repositorys_tables_are_those_its_records_generate(capsys):
+    """After a benchmark run, `make docs-tables` (python -m benchmarks.tables) and commit
+    the records with the tables."""
+    assert tables.main(["--check"]) == 0, capsys.readouterr().err
