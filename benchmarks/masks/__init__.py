@@ -1,12 +1,13 @@
 """Mask quality and speed: SipMask against detectron2's Mask R-CNN, trained from scratch.
 
 Both train on ``synthetic_masks_train`` and are scored on ``synthetic_masks_val`` (300
-images, or its first ``--val-images``) by the library trainer (``fcos_d2.engine.trainer.Trainer``): the same data loader
-and mapper (masks as ``INPUT.MASK_FORMAT`` says), optimizer, schedule, seed, precision and
-``COCOEvaluator`` (bbox and segm). Everything but the detector comes from one base config
+images, or its first ``--val-images``) by the library trainer
+(``fcos_d2.engine.trainer.Trainer``): the same data loader and mapper (masks as
+``INPUT.MASK_FORMAT`` says), optimizer, schedule, seed, precision and ``COCOEvaluator``
+(bbox and segm). Everything but the detector comes from one base config
 (``configs/quickstart-sipmask.yaml``; ``configs/quickstart.yaml`` with masks where the
-SipMask config is missing): the ResNet trunk (depth, norm, stages), pixel statistics,
-input sizes, solver and AMP. On top of it:
+SipMask config is missing): the ResNet trunk (depth, norm, stages), pixel statistics, input
+sizes, solver and AMP. On top of it:
 
 - ``sipmask``: the base config as it is (``MODEL.META_ARCHITECTURE: SipMask``);
 - ``mask-rcnn``: detectron2's ``GeneralizedRCNN`` with its ResNet-FPN backbone on the same

@@ -1,6 +1,6 @@
-"""The models and inputs that ``python -m benchmarks.speed`` compares: R-50 FCOS as fcos-d2 builds it
-(configs/FCOS-R50.yaml), as torchvision builds it, and as detectron2 builds it (its
-built-in ``FCOS`` meta-architecture, from its model-zoo LazyConfig).
+"""The models and inputs that ``python -m benchmarks.speed`` compares: R-50 FCOS as fcos-d2
+builds it (configs/FCOS-R50.yaml), as torchvision builds it, and as detectron2 builds it
+(its built-in ``FCOS`` meta-architecture, from its model-zoo LazyConfig).
 
 Every contender is wrapped so that the benchmark calls the same three things on each:
 ``infer(images)`` with a (N, 3, H, W) float batch in 0..255, ``loss(images, targets)``

@@ -1,10 +1,10 @@
-"""The labelenc row of ``python -m benchmarks.speed``: what LabelEnc's step 2 leaves for inference is a
-plain FCOS. The weights of a ``configs/LabelEnc/FCOS-R50-step2.yaml`` training model,
-without the LEF and the adapter (``fcos_state_dict``, as ``model_final_fcos.pth``), load
-strictly into the plain FCOS of ``configs/FCOS-R50.yaml``; that model is timed against a
-plain FCOS-R50 of its own weights, interleaved, both as inference runs them (the fast
-path of the configs), with parameters and backbone + head MACs (fvcore) counted.
-"""
+"""The labelenc row of ``python -m benchmarks.speed``: what LabelEnc's step 2 leaves for
+inference is a plain FCOS. The weights of a ``configs/LabelEnc/FCOS-R50-step2.yaml``
+training model, without the LEF and the adapter (``fcos_state_dict``, as
+``model_final_fcos.pth``), load strictly into the plain FCOS of ``configs/FCOS-R50.yaml``;
+that model is timed against a plain FCOS-R50 of its own weights, interleaved, both as
+inference runs them (the fast path of the configs), with parameters and backbone + head
+MACs (fvcore) counted."""
 from pathlib import Path
 from typing import Callable, List
 

@@ -1,8 +1,8 @@
-"""The loader row of ``python -m benchmarks.speed``: images per second of one loader worker, i.e. the
-dataset mapper alone in one process: fcos-d2's ``FCOSDatasetMapper`` against detectron2's
-``DatasetMapper``, on 800x1333 JPEGs with the augmentations of the COCO configs
-(``ResizeShortestEdge`` to a short side of 640-800 by 32, at most 1333, and a random
-horizontal flip), 20 boxes each, interleaved image by image."""
+"""The loader row of ``python -m benchmarks.speed``: images per second of one loader worker,
+i.e. the dataset mapper alone in one process: fcos-d2's ``FCOSDatasetMapper`` against
+detectron2's ``DatasetMapper``, on 800x1333 JPEGs with the augmentations of the COCO
+configs (``ResizeShortestEdge`` to a short side of 640-800 by 32, at most 1333, and a
+random horizontal flip), 20 boxes each, interleaved image by image."""
 import statistics
 import tempfile
 import time

@@ -147,8 +147,6 @@ EVAL_VARIANTS: Dict[str, tuple] = OrderedDict([
 ])
 
 
-
-
 class Contender:
     """One detector of the benchmark, trained and evaluated under the protocol.
 

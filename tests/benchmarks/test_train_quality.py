@@ -12,7 +12,7 @@ import torch
 from detectron2.structures import Boxes, Instances
 
 from benchmarks import runner
-from benchmarks.train_quality import analyses, catalog, cli, labelenc as le, protocol
+from benchmarks.train_quality import catalog, cli, labelenc as le, protocol
 from benchmarks.train_quality import contenders as cn, results as run_results
 
 
@@ -209,7 +209,8 @@ def test_a_lef_only_labelenc_run_reports_the_lef_ap_and_no_detector_ap(tmp_path,
             "MODEL.RESNETS.DEPTH", 18, "MODEL.RESNETS.RES2_OUT_CHANNELS", 64,
             "MODEL.FPN.OUT_CHANNELS", 64, "MODEL.FCOS.NUM_CONVS", 1,
             "MODEL.LABELENC.AUXILIARY_LOSS_ITERS", 1, "MODEL.FCOS.INFERENCE_TH_TEST", 0.0]
-    record = le.run_labelenc(catalog.contender(le.LABELENC_LEF_ONLY), 0, str(tmp_path / "run"), opts)
+    lef_only = catalog.contender(le.LABELENC_LEF_ONLY)
+    record = le.run_labelenc(lef_only, 0, str(tmp_path / "run"), opts)
     assert record["status"] == "ok" and record["contender"] == le.LABELENC_LEF_ONLY
     assert record["step1_AP"] is None and 0 <= record["step1_lef_AP"] <= 100
     assert 0 <= record["AP"] <= 100
@@ -339,7 +340,8 @@ def test_thin_regime_has_its_own_data_classes_and_sizes_and_the_same_model_and_s
 def test_shapes_regime_keeps_todays_data_and_seeds_and_thin_has_five_seeds_elsewhere():
     cfg = _cfg("fcos-d2 official")
     assert (cfg.DATASETS.TRAIN, cfg.DATASETS.TEST) == ((protocol.TRAIN_NAME,), (protocol.VAL_NAME,))
-    assert protocol.REGIMES["shapes"].datasets == protocol.DATASETS and protocol.REGIMES["shapes"].overrides == ()
+    shapes = protocol.REGIMES["shapes"]
+    assert shapes.datasets == protocol.DATASETS and shapes.overrides == ()
     assert protocol.REGIMES["shapes"].seeds == (0, 1, 2)
     assert protocol.REGIMES["thin"].seeds == (0, 1, 2, 3, 4)
     assert protocol.REGIMES["shapes"].output == "train_quality" != protocol.REGIMES["thin"].output
@@ -375,7 +377,8 @@ def test_the_command_refuses_an_output_whose_runs_had_other_overrides(tmp_path, 
         cli.main()
     assert (tmp_path / "results.jsonl").read_text() == json.dumps(record) + "\n"
     # the same overrides, or another device only, are this folder's: its record stays done
-    assert run_results.other_overrides([record], ["MODEL.DEVICE", "cuda", "SOLVER.MAX_ITER", 20]) is None
+    assert run_results.other_overrides([record], ["MODEL.DEVICE", "cuda",
+                                                  "SOLVER.MAX_ITER", 20]) is None
 
 
 def test_results_of_another_regime_are_refused(tmp_path):
@@ -412,7 +415,8 @@ def test_each_recipe_variant_changes_exactly_the_keys_it_names_on_the_recipe(var
 
 def test_all_of_the_shapes_regime_is_todays_contenders_and_thin_runs_every_one():
     names = catalog.contender_names()
-    shapes, thin = catalog.default_contenders(names, "shapes"), catalog.default_contenders(names, "thin")
+    shapes = catalog.default_contenders(names, "shapes")
+    thin = catalog.default_contenders(names, "thin")
     assert thin == names and {"detectron2", "fcos-d2 like-detectron2", "torchvision"} <= set(thin)
     assert set(names) - set(shapes) == set(catalog.ADDED_WITH_THIN)
     assert "fcos-d2 atss" in thin and "fcos-d2 recipe+atss" in thin
