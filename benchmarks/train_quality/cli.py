@@ -105,16 +105,30 @@ def run_child(args, output: Path, argv: List[str]) -> None:
         records.append_record(repository_record(result, command))
 
 
-def _read_only_modes(args, output: Path) -> Optional[str]:
+def cost_estimate(args, argv: List[str]) -> str:
+    """--labelenc-cost or --regime-cost: the table, after recording the medians."""
+    import fcos_d2  # noqa: F401  (before detectron2)
+
+    if args.labelenc_cost:
+        kind, repeats = "labelenc-cost", args.labelenc_cost
+        medians = costs.labelenc_iteration_seconds(repeats)
+        table = costs.labelenc_cost_table(medians)
+    else:
+        kind, repeats = "regime-cost", args.regime_cost
+        medians = costs.regime_iteration_seconds(repeats)
+        table = costs.regime_cost_table(medians)
+    records.append_record(costs.cost_record(kind, medians, repeats,
+                                            f"python -m {MODULE} {shlex.join(argv)}"))
+    return table
+
+
+def _read_only_modes(args, output: Path, argv: List[str]) -> Optional[str]:
     """The output of a mode that trains nothing, None if none was asked for."""
     chosen = None if args.contenders == ["all"] else args.contenders
     if args.labelenc_cost or args.regime_cost:
-        import fcos_d2  # noqa: F401  (before detectron2)
-
-        return (costs.labelenc_iteration_cost(args.labelenc_cost) if args.labelenc_cost
-                else costs.regime_iteration_cost(args.regime_cost))
+        return cost_estimate(args, argv)
     if args.positives:
-        import fcos_d2  # noqa: F401,F811  (before detectron2)
+        import fcos_d2  # noqa: F401  (before detectron2)
 
         return analyses.positives_table(args.regime, chosen or catalog.POSITIVES_CONTENDERS)
     if args.reevaluate:
@@ -141,7 +155,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     if args.list and not (args.labelenc_cost or args.regime_cost):
         print("\n".join(names))
         return
-    printed = _read_only_modes(args, output)
+    printed = _read_only_modes(args, output, argv)
     if printed is not None:
         print(printed)
         return

@@ -1,16 +1,20 @@
 """Cost estimates of the training-quality benchmark: the seconds of one training iteration
 of the recipe beside LabelEnc's steps (``--labelenc-cost``), and of the recipe in each regime
-(``--regime-cost``), timed in turn in one process so that other load hits all alike."""
+(``--regime-cost``), timed in turn in one process so that other load hits all alike. Each
+estimate is recorded in benchmarks/results/train_quality_costs.jsonl."""
 import statistics
 import time
 from typing import Dict, List
 
+from benchmarks import records
 from benchmarks.train_quality import labelenc, protocol
 from benchmarks.train_quality.catalog import contender, contender_cfg
 from benchmarks.train_quality.contenders import RECIPE
 
+COSTS_BENCHMARK = "train_quality_costs"  # benchmarks/results/train_quality_costs.jsonl
 
-def _timed_rounds(models: Dict, optimizers: Dict, batches: Dict, repeats: int,
+
+def timed_rounds(models: Dict, optimizers: Dict, batches: Dict, repeats: int,
                   storage_iter: int) -> Dict[str, List[float]]:
     """Seconds of `repeats` training iterations (forward, backward, step) of each model on
     ``batches[name](round)``, the models in turn each round, after a warm-up round; in an
@@ -31,11 +35,10 @@ def _timed_rounds(models: Dict, optimizers: Dict, batches: Dict, repeats: int,
     return seconds
 
 
-def labelenc_iteration_cost(repeats: int) -> str:
-    """A markdown table: the median seconds of one training iteration (forward, backward,
-    SGD step; the first batch of the protocol's loader; one thread) of the recipe and of
-    LabelEnc's steps with their extra losses on (step 1 also LEF-only); and each as a
-    multiple of the recipe's."""
+def labelenc_iteration_seconds(repeats: int) -> Dict[str, float]:
+    """The median seconds of one training iteration (forward, backward, SGD step; the first
+    batch of the protocol's loader; one thread) of the recipe and of LabelEnc's steps with
+    their extra losses on (step 1 also LEF-only)."""
     import torch
     from detectron2.data import build_detection_train_loader
 
@@ -53,20 +56,23 @@ def labelenc_iteration_cost(repeats: int) -> str:
     optimizers = {k: build_optimizer(configs[k], model) for k, model in models.items()}
     batch = next(iter(build_detection_train_loader(configs[RECIPE])))
     # at this iteration step 1's distance loss and step 2's auxiliary loss are both on
-    seconds = _timed_rounds(models, optimizers, {k: lambda _: batch for k in models}, repeats,
+    seconds = timed_rounds(models, optimizers, {k: lambda _: batch for k in models}, repeats,
                             labelenc.LABELENC_WARMUP)
-    recipe = statistics.median(seconds[RECIPE])
+    return {name: statistics.median(s) for name, s in seconds.items()}
+
+
+def labelenc_cost_table(medians: Dict[str, float]) -> str:
+    """A markdown table of ``labelenc_iteration_seconds``: each as a multiple of the
+    recipe's too."""
     rows = ["| training iteration | median s | x recipe |", "|---|---|---|"]
-    rows += [f"| {name} | {statistics.median(s):.3f} | {statistics.median(s) / recipe:.2f} |"
-             for name, s in seconds.items()]
+    rows += [f"| {name} | {s:.3f} | {s / medians[RECIPE]:.2f} |" for name, s in medians.items()]
     return "\n".join(rows)
 
 
-def regime_iteration_cost(repeats: int) -> str:
-    """A markdown table: the median seconds of one training iteration (forward, backward,
-    SGD step; one thread) of the recipe in each regime, on the first `repeats` batches of
-    the regime's loader (after one warm-up iteration each); and each as a multiple of
-    "shapes"'s, with the minutes of a 600-iteration run."""
+def regime_iteration_seconds(repeats: int) -> Dict[str, float]:
+    """The median seconds of one training iteration (forward, backward, SGD step; one
+    thread) of the recipe in each regime, on the first `repeats` batches of the regime's
+    loader (after one warm-up iteration each)."""
     import itertools
 
     import torch
@@ -83,11 +89,23 @@ def regime_iteration_cost(repeats: int) -> str:
         optimizers[regime] = build_optimizer(configs[regime], models[regime])
         loader = build_detection_train_loader(configs[regime])
         batches[regime] = list(itertools.islice(iter(loader), repeats + 1)).__getitem__
-    seconds = _timed_rounds(models, optimizers, batches, repeats, 0)
-    base = statistics.median(seconds["shapes"])
+    seconds = timed_rounds(models, optimizers, batches, repeats, 0)
+    return {regime: statistics.median(s) for regime, s in seconds.items()}
+
+
+def regime_cost_table(medians: Dict[str, float]) -> str:
+    """A markdown table of ``regime_iteration_seconds``: each as a multiple of "shapes"'s,
+    with the minutes of a run of the protocol's length."""
     rows = ["| regime | median s per iteration | x shapes | est. min per run (600 it.) |",
             "|---|---|---|---|"]
-    rows += [f"| {regime} | {statistics.median(s):.3f} | {statistics.median(s) / base:.2f} | "
-             f"{statistics.median(s) * protocol.REGIME[1] / 60:.0f} |"
-             for regime, s in seconds.items()]
+    rows += [f"| {regime} | {s:.3f} | {s / medians['shapes']:.2f} | "
+             f"{s * protocol.REGIME[1] / 60:.0f} |" for regime, s in medians.items()]
     return "\n".join(rows)
+
+
+def cost_record(kind: str, medians: Dict[str, float], repeats: int, command: str) -> dict:
+    """The ``benchmarks.records`` record of a cost estimate (`kind`: "labelenc-cost" or
+    "regime-cost"), in its own records file (train_quality_costs.jsonl)."""
+    return records.make_record(COSTS_BENCHMARK, command=command, seed=0, overrides=[],
+                               metrics={"median_seconds_per_iteration": medians}, times={},
+                               run={"kind": kind, "repeats": repeats})

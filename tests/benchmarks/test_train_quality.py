@@ -509,3 +509,44 @@ def test_the_protocol_trains_with_the_optimizer_the_config_names(tmp_path, monke
     assert isinstance(built[0], torch.optim.SGD)
     assert all(isinstance(o, torch.optim.AdamW) for o in built[1:]) and len(built) >= 2
     assert (built[1].defaults["lr"], built[1].defaults["weight_decay"]) == (0.001, 0.05)
+
+
+def test_iteration_costs_time_the_models_in_turn_after_a_warm_up_round():
+    from benchmarks.train_quality.costs import timed_rounds
+
+    calls = []
+
+    class Toy(torch.nn.Module):
+        def __init__(self, name):
+            super().__init__()
+            self.name, self.weight = name, torch.nn.Parameter(torch.ones(()))
+
+        def forward(self, batch):
+            calls.append((self.name, batch))
+            return {"loss": self.weight * batch}
+
+    models = {"a": Toy("a"), "b": Toy("b")}
+    optimizers = {k: torch.optim.SGD(m.parameters(), lr=0.5) for k, m in models.items()}
+    seconds = timed_rounds(models, optimizers, {"a": lambda r: r, "b": lambda r: 10 * r},
+                            repeats=2, storage_iter=0)
+    assert calls == [("a", 0), ("b", 0), ("a", 1), ("b", 10), ("a", 2), ("b", 20)]
+    assert [len(s) for s in seconds.values()] == [2, 2]  # the warm-up round is not timed
+    assert models["a"].weight.item() == 1.0 - 0.5 * (0 + 1 + 2)  # a step each round
+
+
+def test_cost_tables_divide_by_the_reference_and_a_cost_estimate_is_recorded(
+        monkeypatch, records_dir):
+    from benchmarks import records
+    from benchmarks.train_quality import costs
+
+    table = costs.regime_cost_table({"shapes": 0.5, "thin": 2.0}).splitlines()
+    assert table[2:] == ["| shapes | 0.500 | 1.00 | 5 |", "| thin | 2.000 | 4.00 | 20 |"]
+    medians = {cn.RECIPE: 1.0, "LabelEnc step 1": 1.5}
+    monkeypatch.setattr(costs, "labelenc_iteration_seconds", lambda repeats: medians)
+    printed = cli.cost_estimate(cli._parser().parse_args(["--labelenc-cost", "3"]),
+                                ["--labelenc-cost", "3"])
+    assert printed.splitlines()[3] == "| LabelEnc step 1 | 1.500 | 1.50 |"
+    (record,) = records.read_records(records_dir / "train_quality_costs.jsonl")
+    assert record["metrics"] == {"median_seconds_per_iteration": medians}
+    assert record["run"] == {"kind": "labelenc-cost", "repeats": 3}
+    assert record["command"] == "python -m benchmarks.train_quality --labelenc-cost 3"
