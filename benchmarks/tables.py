@@ -147,6 +147,22 @@ def speed_table(numbered: Numbered) -> List[str]:
     return lines[:-1]
 
 
+def costs_table(numbered: Numbered) -> List[str]:
+    """One row per timed model of every cost estimate: its median seconds per training
+    iteration and their ratio to the estimate's reference (the recipe, the first regime)."""
+    rows = []
+    for line, record in numbered:
+        medians = record["metrics"]["median_seconds_per_iteration"]
+        reference = record["run"].get("reference")
+        for name, seconds in medians.items():
+            ratio = f"{seconds / medians[reference]:.2f}" if reference in medians else ""
+            rows.append([record["run"].get("kind", ""), name, f"{seconds:.3f}", ratio,
+                         reference or "", record["run"].get("repeats", ""),
+                         *_provenance([(line, record)])])
+    return _table(["estimate", "training iteration", "median s", "x reference", "reference",
+                   "repeats", "commit", "CPU", "record"], rows)
+
+
 def generic_table(numbered: Numbered) -> List[str]:
     """One row per record: its seed, overrides, metrics and times as JSON."""
     return _table(["seed", "overrides", "metrics", "times", "commit", "CPU", "record"],
@@ -161,6 +177,8 @@ TABLES: Dict[str, Tuple[str, Callable[[Numbered], List[str]]]] = {
                       train_quality_table),
     "masks": ("SipMask against Mask R-CNN (python -m benchmarks.masks)", masks_table),
     "speed": ("Speed of the whole R-50 FCOS (python -m benchmarks.speed)", speed_table),
+    "train_quality_costs": ("Cost of a training iteration (python -m benchmarks.train_quality "
+                            "--labelenc-cost / --regime-cost)", costs_table),
 }
 
 

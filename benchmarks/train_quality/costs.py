@@ -103,9 +103,14 @@ def regime_cost_table(medians: Dict[str, float]) -> str:
     return "\n".join(rows)
 
 
+# what each estimate's medians are divided by in its table
+COST_REFERENCES = {"labelenc-cost": RECIPE, "regime-cost": "shapes"}
+
+
 def cost_record(kind: str, medians: Dict[str, float], repeats: int, command: str) -> dict:
     """The ``benchmarks.records`` record of a cost estimate (`kind`: "labelenc-cost" or
     "regime-cost"), in its own records file (train_quality_costs.jsonl)."""
-    return records.make_record(COSTS_BENCHMARK, command=command, seed=0, overrides=[],
-                               metrics={"median_seconds_per_iteration": medians}, times={},
-                               run={"kind": kind, "repeats": repeats})
+    return records.make_record(
+        COSTS_BENCHMARK, command=command, seed=0, overrides=[],
+        metrics={"median_seconds_per_iteration": medians}, times={},
+        run={"kind": kind, "repeats": repeats, "reference": COST_REFERENCES[kind]})

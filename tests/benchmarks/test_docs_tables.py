@@ -73,6 +73,17 @@ def test_mask_runs_and_latency_get_their_own_tables(tmp_path):
     assert lines[-1] == f"| sipmask | none | 600 | 42.2 | aaaaaaa | {cpu} | 3 |"
 
 
+def test_cost_estimates_give_each_model_and_its_ratio_to_the_reference(tmp_path):
+    record = _record("train_quality_costs",
+                     metrics={"median_seconds_per_iteration": {"shapes": 0.5, "thin": 2.0}},
+                     run={"kind": "regime-cost", "repeats": 10, "reference": "shapes"})
+    lines = tables.generate(_write(tmp_path / "train_quality_costs.jsonl", [record]))
+    cpu = "Example CPU (amx_bf16, avx512_bf16)"
+    assert lines.splitlines()[-2:] == [
+        f"| regime-cost | shapes | 0.500 | 1.00 | shapes | 10 | aaaaaaa | {cpu} | 1 |",
+        f"| regime-cost | thin | 2.000 | 4.00 | shapes | 10 | aaaaaaa | {cpu} | 1 |"]
+
+
 def test_another_benchmark_gets_a_row_per_record(tmp_path):
     record = _record("other", seed=7, metrics={"x": 1}, times={"s": 2.0})
     lines = tables.generate(_write(tmp_path / "other.jsonl", [record])).splitlines()

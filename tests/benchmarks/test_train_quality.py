@@ -548,5 +548,5 @@ def test_cost_tables_divide_by_the_reference_and_a_cost_estimate_is_recorded(
     assert printed.splitlines()[3] == "| LabelEnc step 1 | 1.500 | 1.50 |"
     (record,) = records.read_records(records_dir / "train_quality_costs.jsonl")
     assert record["metrics"] == {"median_seconds_per_iteration": medians}
-    assert record["run"] == {"kind": "labelenc-cost", "repeats": 3}
+    assert record["run"] == {"kind": "labelenc-cost", "repeats": 3, "reference": cn.RECIPE}
     assert record["command"] == "python -m benchmarks.train_quality --labelenc-cost 3"
