@@ -14,7 +14,6 @@ from detectron2.modeling import build_model
 
 from fcos_d2 import add_fcos_config
 from fcos_d2.modeling.fast_inference import fast_inference_enabled, inference_model
-from fcos_d2.modeling.labelenc import build_labelenc_model
 from fcos_d2.modeling.labelenc.weights import fcos_state_dict
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,10 +29,11 @@ def _cfg(path: Path, device: str, *opts):
 
 
 def labelenc_plain_model(device: str, config: Path = STEP2_CONFIG, *opts) -> torch.nn.Module:
-    """The plain FCOS (``MODEL.LABELENC.STEP 0`` of `config`) holding the weights of a
-    step-2 training model of `config`, loaded strictly."""
-    step2 = build_labelenc_model(_cfg(config, device, *opts))
-    plain = build_model(_cfg(config, device, "MODEL.LABELENC.STEP", 0, *opts))
+    """The plain FCOS (META_ARCH "FCOS", ``MODEL.LABELENC.STEP 0`` of `config`) holding the
+    weights of a step-2 training model of `config`, loaded strictly."""
+    step2 = build_model(_cfg(config, device, *opts))
+    plain = build_model(_cfg(config, device, "MODEL.META_ARCHITECTURE", "FCOS",
+                             "MODEL.LABELENC.STEP", 0, *opts))
     plain.load_state_dict(fcos_state_dict(step2.state_dict()), strict=True)
     return plain
 

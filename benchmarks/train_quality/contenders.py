@@ -207,12 +207,12 @@ class Contender:
 
 
 class FcosD2Contender(Contender):
-    """fcos-d2's FCOS (or, under ``MODEL.LABELENC.STEP``, LabelEnc's step model)."""
+    """fcos-d2's FCOS (or, with LabelEnc's step overrides, that step's META_ARCH)."""
 
     def build(self, cfg):
-        from fcos_d2.modeling.labelenc import build_labelenc_model
+        from detectron2.modeling import build_model
 
-        return build_labelenc_model(cfg)  # detectron2's build_model unless a LabelEnc step
+        return build_model(cfg)  # MODEL.META_ARCHITECTURE: FCOS, or LabelEnc's step
 
 
 class OtherFCOS(Contender):

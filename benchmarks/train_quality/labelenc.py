@@ -23,9 +23,11 @@ from benchmarks.train_quality.results import checked_results, other_overrides
 LABELENC = "fcos-d2 recipe+LabelEnc"
 LABELENC_WARMUP, LABELENC_AUXILIARY = 200, 533
 LABELENC_STEPS = {
-    1: ["MODEL.LABELENC.STEP", 1, "MODEL.LABELENC.LEF_WIDTH", 16,
+    1: ["MODEL.META_ARCHITECTURE", "LabelEncStep1", "MODEL.LABELENC.STEP", 1,
+        "MODEL.LABELENC.LEF_WIDTH", 16,
         "MODEL.LABELENC.DISTANCE_LOSS_WARMUP_ITERS", LABELENC_WARMUP],
-    2: ["MODEL.LABELENC.STEP", 2, "MODEL.LABELENC.LEF_WIDTH", 16,
+    2: ["MODEL.META_ARCHITECTURE", "LabelEncStep2", "MODEL.LABELENC.STEP", 2,
+        "MODEL.LABELENC.LEF_WIDTH", 16,
         "MODEL.LABELENC.AUXILIARY_LOSS_ITERS", LABELENC_AUXILIARY],
 }
 # Contenders that run both steps: name -> overrides of their step 1. The LEF-only step 1

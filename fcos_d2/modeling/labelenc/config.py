@@ -41,7 +41,7 @@ def add_labelenc_config(cfg: CN) -> None:
     # detached, and the layer-normalised detector features after the adapter).
     _C.DISTANCE_LOSS_WEIGHT = 1.0
     # Step 1: iterations without the distance loss while the LEF learns; the entry points
-    # (the trainer, benchmarks.train_quality) add them to SOLVER.MAX_ITER and SOLVER.STEPS,
+    # (train_net.py, tools/train_quality.py) add them to SOLVER.MAX_ITER and SOLVER.STEPS,
     # as the official step 1 does. Official: 30000 (with the 90k COCO schedule).
     _C.DISTANCE_LOSS_WARMUP_ITERS = 30000
     # Step 1: train the detector beside the LEF (official). False: step 1 trains the LEF
