@@ -4,7 +4,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.fcos-d2-setup-done
 
-.PHONY: setup test browser quickstart benchmark train-quality train-quality-thin mask-quality clean-venv
+.PHONY: setup test browser quickstart benchmark train-quality train-quality-thin mask-quality \
+	docs-tables clean-venv
 
 # The stamp records that requirements.txt, detectron2 and fcos-d2 were installed; it is
 # redone when requirements.txt or setup.py change. A second run only verifies imports.
@@ -38,8 +39,10 @@ browser:
 quickstart: setup
 	$(PY) train_net.py --config-file configs/quickstart.yaml --num-gpus 1 --vis-val 8 OUTPUT_DIR output/quickstart
 
+# The benchmarks (benchmarks/, run as modules from this folder) append a record of every run
+# to benchmarks/results/<benchmark>.jsonl; docs-tables makes docs/results/*.md from them.
 benchmark: setup
-	$(PY) tools/benchmark.py
+	$(PY) -m benchmarks.speed
 
 # Training quality on small data from scratch: 18 contenders x 3 seeds, about 4 minutes
 # a training, two at a time on 2 CPU cores; LabelEnc's three contenders cost about 6.8
@@ -47,14 +50,14 @@ benchmark: setup
 # costs); runs already in
 # output/train_quality/results.jsonl are kept, so an interrupted run continues.
 train-quality: setup
-	$(PY) tools/train_quality.py
+	$(PY) -m benchmarks.train_quality
 
 # Regime 2 (issue 20): 10 classes of thin and filled objects in 256-352 px images, every
 # contender x 5 seeds, ~4x the iteration cost of the first regime (--regime-cost);
 # results in output/train_quality_thin/. TRAIN_QUALITY_ARGS adds --contenders, --diagnostics ...
 TRAIN_QUALITY_ARGS ?=
 train-quality-thin: setup
-	$(PY) tools/train_quality.py --regime thin $(TRAIN_QUALITY_ARGS)
+	$(PY) -m benchmarks.train_quality --regime thin $(TRAIN_QUALITY_ARGS)
 
 # Mask AP and latency of SipMask against detectron2's Mask R-CNN (same trunk, data,
 # schedule and evaluator), 3 seeds each, two runs at a time on one thread each; runs
@@ -62,7 +65,11 @@ train-quality-thin: setup
 # make mask-quality MASK_QUALITY_ARGS="--iters 600".
 MASK_QUALITY_ARGS ?=
 mask-quality: setup
-	$(PY) tools/mask_quality.py $(MASK_QUALITY_ARGS)
+	$(PY) -m benchmarks.masks $(MASK_QUALITY_ARGS)
+
+# The docs' tables, generated from the records (never edited by hand).
+docs-tables: setup
+	$(PY) -m benchmarks.tables
 
 clean-venv:
 	rm -rf $(VENV)

@@ -207,7 +207,7 @@ def add_fcos_config(cfg: CN) -> None:
     # Train with the backbone and head compiled by torch.compile (inductor; a C++ compiler
     # on the CPU, triton on a GPU), in place: checkpoints and evaluation are unchanged
     # (fcos_d2/engine/compile.py). The first iteration compiles (minutes for an R-50 on a
-    # CPU). Measured: README "Speed", tools/benchmark.py --rows compile.
+    # CPU). Measured: README "Speed", python -m benchmarks.speed --rows compile.
     _C.COMPILE = False
     # FAST_INFERENCE: folded BN, channels_last at inference (imported here: fcos_d2.modeling
     # imports this module)

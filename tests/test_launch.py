@@ -65,7 +65,6 @@ def test_under_torchrun_each_process_joins_the_job_and_runs_main_once(tmp_path, 
     script = tmp_path / "job.py"
     script.write_text(textwrap.dedent(f"""
         import sys
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
         import fcos_d2
         from fcos_d2.engine.launch import add_launcher_arguments, launch
         from test_launch import report_worker
@@ -78,7 +77,9 @@ def test_under_torchrun_each_process_joins_the_job_and_runs_main_once(tmp_path, 
     run = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
          str(script), str(tmp_path / "reports")],
-        cwd=REPO, capture_output=True, text=True, timeout=240)
+        cwd=REPO, capture_output=True, text=True, timeout=240,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(  # test_launch, imported by the job
+            filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")]))})
     assert run.returncode == 0, run.stderr[-5000:]
     assert reports(tmp_path / "reports") == expected_reports(2)
 

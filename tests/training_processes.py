@@ -15,7 +15,8 @@ name: signal name} sends a signal while that checkpoint is written; ``env`` adds
 environment variables (a faked SLURM step).
 
 ``TrainingProcesses`` is the pytest side: ``start`` a training, ``wait`` for it, or ``run``
-a script to its end as ``subprocess.run`` would (stdout and stderr kept apart). The
+a script (``run_module`` a module, as ``python -m``) to its end as ``subprocess.run`` would
+(stdout and stderr kept apart). The
 ``scripts`` fixture of tests/conftest.py is one server per pytest worker, for every test
 that runs a script of this repository (train_net.py, tools/, demo/) in one process.
 """
@@ -56,14 +57,16 @@ class TrainingProcesses:
               nan_at: Optional[int] = None, record: Optional[Path] = None,
               script: Path = REPO / "train_net.py", signals: Optional[dict] = None,
               busy: Optional[dict] = None, signal_during_save: Optional[dict] = None,
-              env: Optional[dict] = None, stderr: Optional[Path] = None) -> int:
-        """Starts ``script *argv`` (train_net.py by default); returns its process id. Its
-        stdout and stderr go to `log`, or stderr to `stderr` where that is given."""
+              env: Optional[dict] = None, stderr: Optional[Path] = None,
+              module: Optional[str] = None) -> int:
+        """Starts ``script *argv`` (train_net.py by default), or ``python -m module *argv``
+        where `module` is given; returns its process id. Its stdout and stderr go to `log`,
+        or stderr to `stderr` where that is given."""
         faults = {"kill_at": kill_at, "nan_at": nan_at, "record": record and str(record),
                   "signals": signals or {}, "busy": busy or {},
                   "signal_during_save": signal_during_save or {}, "env": env or {}}
         pid = self._ask({"op": "start", "argv": argv, "log": str(log), "script": str(script),
-                         "stderr": stderr and str(stderr), **faults})["pid"]
+                         "stderr": stderr and str(stderr), "module": module, **faults})["pid"]
         self._running.add(pid)
         return pid
 
@@ -83,10 +86,20 @@ class TrainingProcesses:
         """``python script *argv`` from the repository's root, as ``subprocess.run`` with
         ``capture_output=True, text=True`` gives it; `script` is relative to the root.
         Raises subprocess.TimeoutExpired (the process killed) after `timeout` seconds."""
-        command = [sys.executable, script, *argv]
+        return self._run([sys.executable, script, *argv], timeout, argv=list(argv),
+                         script=REPO / script, env=env)
+
+    def run_module(self, module: str, *argv: str, timeout: float = 300,
+                   env: Optional[dict] = None) -> subprocess.CompletedProcess:
+        """``python -m module *argv`` from the repository's root (``benchmarks.tables``, ...),
+        as ``run`` runs a script."""
+        return self._run([sys.executable, "-m", module, *argv], timeout, argv=list(argv),
+                         module=module, env=env)
+
+    def _run(self, command: List[str], timeout: float, **start) -> subprocess.CompletedProcess:
         with tempfile.TemporaryDirectory() as folder:
             out, err = Path(folder, "stdout"), Path(folder, "stderr")
-            pid = self.start(list(argv), log=out, stderr=err, script=REPO / script, env=env)
+            pid = self.start(log=out, stderr=err, **start)
             reply = self._wait_reply(pid, timeout)
             stdout, stderr = out.read_text(), err.read_text()
         if reply.get("timed_out"):
@@ -164,9 +177,14 @@ def _run_child(request: dict) -> None:
         os.environ.update(request["env"])
         _install_faults(request["kill_at"], request["nan_at"], request["record"],
                         request["signals"], request["busy"], request["signal_during_save"])
-        sys.argv = [request["script"], *request["argv"]]
-        sys.path[0] = str(Path(request["script"]).parent)  # as `python script` has it
-        runpy.run_path(request["script"], run_name="__main__")
+        if request.get("module"):
+            sys.argv = [request["module"], *request["argv"]]
+            sys.path[0] = str(REPO)  # as `python -m` from the repository's root has it
+            runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = [request["script"], *request["argv"]]
+            sys.path[0] = str(Path(request["script"]).parent)  # as `python script` has it
+            runpy.run_path(request["script"], run_name="__main__")
         status = 0
     except SystemExit as exit:  # as the interpreter ends on it: a message goes to stderr
         status = exit.code if isinstance(exit.code, int) else int(exit.code is not None)

@@ -14,14 +14,13 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
-import fcos_d2  # noqa: E402  (registers FCOS before detectron2 is used)
-from fcos_d2.checkpoint.safe_load import (CheckpointReadError, UnsafeCheckpointError,  # noqa: E402
+import fcos_d2  # noqa: F401  (registers FCOS before detectron2 is used)
+from fcos_d2.checkpoint.safe_load import (CheckpointReadError, UnsafeCheckpointError,
                                           load_model_state_dict)
-from fcos_d2.checkpoint import (AdelaiDetConfigError, CheckpointMismatchError,  # noqa: E402
+from fcos_d2.checkpoint import (AdelaiDetConfigError, CheckpointMismatchError,
                                 check_matches_model, convert_adelaidet_state_dict,
                                 fcos_d2_config_from_adelaidet)
 

@@ -15,18 +15,15 @@ the adapter from any LabelEnc checkpoint (step 2 writes model_final_fcos.pth so 
 """
 import argparse
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch
 
-import torch  # noqa: E402
-
-import fcos_d2  # noqa: E402  (registers FCOS before detectron2 is used)
-from fcos_d2.checkpoint import CheckpointMismatchError  # noqa: E402
-from fcos_d2.checkpoint.safe_load import (CheckpointReadError, UnsafeCheckpointError,  # noqa: E402
+import fcos_d2  # noqa: F401  (registers FCOS before detectron2 is used)
+from fcos_d2.checkpoint import CheckpointMismatchError
+from fcos_d2.checkpoint.safe_load import (CheckpointReadError, UnsafeCheckpointError,
                                           load_model_state_dict)
-from fcos_d2.modeling.labelenc import convert_official_labelenc, fcos_state_dict  # noqa: E402
-from fcos_d2.modeling.labelenc.weights import (HEAD_PREFIX, LEF_PREFIX,  # noqa: E402
+from fcos_d2.modeling.labelenc import convert_official_labelenc, fcos_state_dict
+from fcos_d2.modeling.labelenc.weights import (HEAD_PREFIX, LEF_PREFIX,
                                                check_matches)
 
 

@@ -11,14 +11,9 @@ JialeCao001/SipMask (folder SipMask-benchmark). With --config-file, the result i
 checked against the model that config builds: every parameter filled, none left over (the
 key mapping: fcos_d2/modeling/sipmask/checkpoint.py).
 """
-import sys
-from pathlib import Path
+from convert_official_fcos import convert_file  # tools/, this script's folder
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # tools/: the shared command line
-
-from convert_official_fcos import convert_file  # noqa: E402  (also puts the repo on the path)
-
-from fcos_d2.modeling.sipmask import convert_sipmask_state_dict  # noqa: E402
+from fcos_d2.modeling.sipmask import convert_sipmask_state_dict
 
 
 def main() -> None:

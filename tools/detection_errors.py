@@ -27,8 +27,6 @@ from typing import Dict, List, Sequence
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 SIZE_BINS = (("< 16", 0, 16), ("16-32", 16, 32), ("32-64", 32, 64), ("> 64", 64, float("inf")),
              ("all", 0, float("inf")))

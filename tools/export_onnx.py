@@ -17,23 +17,20 @@ The whole graph's inputs and outputs: see fcos_d2/export/onnx_graph.py (``images
 """
 import argparse
 import os
-import sys
 import tempfile
-from pathlib import Path
 from typing import Optional
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import torch
 
-import fcos_d2  # noqa: E402  (registers FCOS; before detectron2)
-from fcos_d2.checkpoint import FCOSCheckpointer  # noqa: E402
-from detectron2.config import get_cfg  # noqa: E402
-from detectron2.modeling import build_model  # noqa: E402
-from fcos_d2.export import FCOSDenseOutputs  # noqa: E402
-from fcos_d2.modeling.fast_inference import fast_inference_enabled, inference_model  # noqa: E402
-from fcos_d2.export.files import (INPUT_DTYPES, check_against_pytorch, check_sizes,  # noqa: E402
+import fcos_d2  # noqa: F401  (registers FCOS; before detectron2)
+from fcos_d2.checkpoint import FCOSCheckpointer
+from detectron2.config import get_cfg
+from detectron2.modeling import build_model
+from fcos_d2.export import FCOSDenseOutputs
+from fcos_d2.modeling.fast_inference import fast_inference_enabled, inference_model
+from fcos_d2.export.files import (INPUT_DTYPES, check_against_pytorch, check_sizes,
                                   export_onnx, onnxruntime_runner, torchscript_runner,
                                   trace_torchscript)
 

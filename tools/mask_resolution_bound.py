@@ -19,15 +19,12 @@ Usage:
 import argparse
 import sys
 import time
-from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
 import torch
 from torch import Tensor
 from torch.nn import functional as F
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 SIZE_BINS = ((0, 16), (16, 32), (32, 64), (64, float("inf")), (0, float("inf")))
 IOU_THRESHOLDS = torch.arange(0.5, 0.951, 0.05)  # COCO's ten

@@ -1,7 +1,7 @@
 """The synthetic thin-shapes set: thin, structured and filled objects in larger images.
 
-A second small-data regime (``tools/train_quality.py --regime thin``), closer to real data
-with line-drawn objects than ``synthetic_shapes``: each image has its shorter side
+A second small-data regime (``python -m benchmarks.train_quality --regime thin``), closer
+to real data with line-drawn objects than ``synthetic_shapes``: each image has its shorter side
 ``SHORT_SIDE`` (256) px and its longer side uniform in [256, ``MAX_LONG_SIDE``] (352) px,
 landscape or portrait, so that ``INPUT.MIN_SIZE_* 256`` / ``MAX_SIZE_* 352`` keep every
 image at its own size. It holds 1 to ``MAX_OBJECTS`` objects (about ``EMPTY_FRACTION`` of

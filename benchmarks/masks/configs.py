@@ -1,0 +1,202 @@
+"""The configs of the mask benchmark (``benchmarks.masks``): the base config, the regime both
+contenders share, Mask R-CNN on SipMask's ResNet trunk, and the key a stored run must match
+to be reused."""
+import hashlib
+import json
+from pathlib import Path
+from typing import List
+
+REPO = Path(__file__).resolve().parents[2]
+SIPMASK_CONFIG = REPO / "configs" / "quickstart-sipmask.yaml"
+FALLBACK_CONFIG = REPO / "configs" / "quickstart.yaml"
+TRAIN_NAME, VAL_NAME = "synthetic_masks_train", "synthetic_masks_val"
+CONTENDERS = ("sipmask", "mask-rcnn")
+
+
+def base_config_file() -> Path:
+    return SIPMASK_CONFIG if SIPMASK_CONFIG.is_file() else FALLBACK_CONFIG
+
+
+def mask_rcnn_overrides(trunk_stages: List[str], num_classes: int, fpn_channels: int) -> List:
+    """The keys that turn the base config into Mask R-CNN on the same ResNet trunk.
+
+    Args:
+        trunk_stages: the base config's ``MODEL.RESNETS.OUT_FEATURES``; Mask R-CNN's FPN
+            takes res2 up to the deepest of them.
+        num_classes: foreground classes.
+        fpn_channels: the FPN's width, also the mask head's.
+    """
+    order = ["res2", "res3", "res4", "res5"]
+    stages = order[:max(order.index(s) for s in trunk_stages) + 1]
+    levels = [f"p{int(s[-1])}" for s in stages]  # p2 ... from res2 ...
+    rpn_levels = levels + [f"p{int(levels[-1][1:]) + 1}"]  # + the max-pooled top level
+    return [
+        "MODEL.META_ARCHITECTURE", "GeneralizedRCNN",
+        "MODEL.MASK_ON", True,
+        "MODEL.BACKBONE.NAME", "build_resnet_trunk_fpn_backbone",
+        "MODEL.RESNETS.OUT_FEATURES", stages,
+        "MODEL.FPN.IN_FEATURES", stages,
+        "MODEL.ANCHOR_GENERATOR.SIZES", [[16 * 2 ** i] for i in range(len(rpn_levels))],
+        "MODEL.ANCHOR_GENERATOR.ASPECT_RATIOS", [[0.5, 1.0, 2.0]],
+        "MODEL.PROPOSAL_GENERATOR.NAME", "RPN",
+        "MODEL.RPN.IN_FEATURES", rpn_levels,
+        # detectron2's Base-RCNN-FPN.yaml: per level before NMS, in all after it
+        "MODEL.RPN.PRE_NMS_TOPK_TRAIN", 2000, "MODEL.RPN.PRE_NMS_TOPK_TEST", 1000,
+        "MODEL.RPN.POST_NMS_TOPK_TRAIN", 1000, "MODEL.RPN.POST_NMS_TOPK_TEST", 1000,
+        "MODEL.ROI_HEADS.NAME", "StandardROIHeads",
+        "MODEL.ROI_HEADS.IN_FEATURES", levels,
+        "MODEL.ROI_HEADS.NUM_CLASSES", num_classes,
+        # 128 sampled proposals per image, not 512: at most 6 objects per image, and 512
+        # made the box head's FC layers most of a training step's time
+        "MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE", 128,
+        "MODEL.ROI_BOX_HEAD.NAME", "FastRCNNConvFCHead",
+        "MODEL.ROI_BOX_HEAD.NUM_FC", 2,
+        "MODEL.ROI_BOX_HEAD.POOLER_RESOLUTION", 7,
+        "MODEL.ROI_MASK_HEAD.NAME", "MaskRCNNConvUpsampleHead",
+        "MODEL.ROI_MASK_HEAD.NUM_CONV", 4,
+        # as wide as the FPN (and the FCOS/SipMask head on it), not 256
+        "MODEL.ROI_MASK_HEAD.CONV_DIM", fpn_channels,
+        "MODEL.ROI_MASK_HEAD.POOLER_RESOLUTION", 14,
+    ]
+
+
+def schedule_overrides(cfg, iters: int) -> List:
+    """MAX_ITER = ``iters``; lr steps, warm-up, evaluation and checkpoint periods scaled so
+    that they keep their fractions of the base config's schedule."""
+    scale = iters / cfg.SOLVER.MAX_ITER
+    return ["SOLVER.MAX_ITER", iters,
+            # increasing and inside the schedule, also when very short
+            "SOLVER.STEPS", tuple(sorted({min(iters - 1, max(1, round(s * scale)))
+                                          for s in cfg.SOLVER.STEPS})),
+            "SOLVER.WARMUP_ITERS", max(1, round(cfg.SOLVER.WARMUP_ITERS * scale)),
+            "SOLVER.CHECKPOINT_PERIOD", iters,  # only the final model
+            "TEST.EVAL_PERIOD", 0]  # one evaluation, after the last iteration
+
+
+def shared_regime(cfg) -> dict:
+    """What both contenders must share, as JSON-ready values: data, input sizes, solver,
+    seed, the ResNet trunk (its last stage) and pixel statistics. Runs are reused, and
+    compared, only under an equal regime."""
+    resnets = cfg.MODEL.RESNETS
+    keys = {
+        "DATASETS": [list(cfg.DATASETS.TRAIN), list(cfg.DATASETS.TEST)],
+        "INPUT": [cfg.INPUT.MIN_SIZE_TRAIN, cfg.INPUT.MAX_SIZE_TRAIN, cfg.INPUT.MIN_SIZE_TEST,
+                  cfg.INPUT.MAX_SIZE_TEST, cfg.INPUT.RANDOM_FLIP, cfg.INPUT.CROP.ENABLED,
+                  cfg.INPUT.MASK_FORMAT, cfg.INPUT.FORMAT],
+        "SOLVER": {k: v for k, v in cfg.SOLVER.items() if k != "CHECKPOINT_PERIOD"},
+        "SEED": cfg.SEED,
+        "TRUNK": [resnets.DEPTH, resnets.NORM, resnets.RES2_OUT_CHANNELS, resnets.NUM_GROUPS,
+                  resnets.WIDTH_PER_GROUP, resnets.STRIDE_IN_1X1, max(resnets.OUT_FEATURES),
+                  cfg.MODEL.BACKBONE.FREEZE_AT, cfg.MODEL.WEIGHTS, cfg.MODEL.FPN.OUT_CHANNELS],
+        "PIXELS": [cfg.MODEL.PIXEL_MEAN, cfg.MODEL.PIXEL_STD],
+    }
+    return json.loads(json.dumps(keys, default=list))
+
+
+# MODEL.FCOS keys that the trainer reads for every architecture (class count, precision,
+# compilation); Mask R-CNN reads no other key of the FCOS and SipMask nodes
+TRAINER_FCOS_KEYS = ("NUM_CLASSES", "CPU_BF16", "COMPILE")
+
+
+def model_digest(cfg) -> str:
+    """A digest of the ``MODEL`` keys the contender reads (its options, e.g.
+    MODEL.FCOS.CLS_LOSS, are not part of the shared regime): a run is reused only for the
+    same model. Mask R-CNN's digest leaves out the FCOS and SipMask options, so that a
+    SipMask option does not retrain Mask R-CNN."""
+    model = cfg.MODEL.clone()
+    model.defrost()
+    if model.META_ARCHITECTURE == "GeneralizedRCNN":
+        model.FCOS = type(model)({k: model.FCOS[k] for k in TRAINER_FCOS_KEYS})
+        model.pop("SIPMASK", None)
+    # canonical JSON, not yacs' YAML dump: its aliases (&id001) depend on which lists the
+    # config shares, e.g. FPN.IN_FEATURES written as an anchor of RESNETS.OUT_FEATURES
+    text = json.dumps(model, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def run_key(cfg) -> dict:
+    """What a stored run must match to be reused: the shared regime and the model."""
+    return {"regime": shared_regime(cfg), "model": model_digest(cfg)}
+
+
+def base_max_iter() -> int:
+    """The base config's SOLVER.MAX_ITER: the schedule ``--iters`` defaults to."""
+    from detectron2.config import get_cfg
+
+    from fcos_d2 import add_fcos_config
+
+    cfg = get_cfg()
+    add_fcos_config(cfg)
+    cfg.merge_from_file(str(base_config_file()))
+    return cfg.SOLVER.MAX_ITER
+
+
+def val_dataset(val_images: int) -> str:
+    """The name of the first ``val_images`` images of ``synthetic_masks_val``, registered
+    (and generated) on first use; the whole split is ``synthetic_masks_val`` itself."""
+    import fcos_d2  # noqa: F401  (before detectron2)
+    from detectron2.data import DatasetCatalog
+
+    from fcos_d2.data import register_coco_dataset, synthetic
+
+    if val_images == synthetic.NUM_IMAGES["val"]:
+        return VAL_NAME
+    name = f"{VAL_NAME}_first_{val_images}"
+    if name not in DatasetCatalog.list():
+        folder = synthetic.ensure_synthetic_shapes("val", num_images=val_images, masks=True)
+        register_coco_dataset(name, str(folder / synthetic.ANNOTATIONS_FILE),
+                              str(folder / synthetic.IMAGES_FOLDER))
+    return name
+
+
+def setup_cfg(name: str, seed: int, output_dir: str, iters: int, opts: List,
+              val_images: int = 300):
+    """The config of contender ``name``: the base config, the shared regime (scored on
+    the first ``val_images`` val images), then the contender's detector keys; ``opts``
+    last."""
+    from detectron2.config import get_cfg
+
+    from fcos_d2 import add_fcos_config
+
+    if name not in CONTENDERS:
+        raise ValueError(f"benchmarks.masks: unknown contender '{name}'; use one of {CONTENDERS}")
+    _register_backbone()
+    cfg = get_cfg()
+    add_fcos_config(cfg)
+    cfg.merge_from_file(str(base_config_file()))
+    cfg.merge_from_list(["DATASETS.TRAIN", (TRAIN_NAME,),
+                         "DATASETS.TEST", (val_dataset(val_images),),
+                         "MODEL.MASK_ON", True, "INPUT.MASK_FORMAT", "bitmask",
+                         "DATALOADER.NUM_WORKERS", 0, "MODEL.DEVICE", "cpu", "SEED", seed,
+                         "OUTPUT_DIR", output_dir, *schedule_overrides(cfg, iters)])
+    if name == "mask-rcnn":
+        cfg.merge_from_list(mask_rcnn_overrides(cfg.MODEL.RESNETS.OUT_FEATURES,
+                                                cfg.MODEL.FCOS.NUM_CLASSES,
+                                                cfg.MODEL.FPN.OUT_CHANNELS))
+    cfg.merge_from_list(opts)
+    cfg.freeze()
+    return cfg
+
+
+def build_resnet_trunk_fpn_backbone(cfg, input_shape):
+    """detectron2's ``build_resnet_fpn_backbone`` for any last stage: FPN over
+    ``MODEL.FPN.IN_FEATURES`` and a max-pooled level above the last (detectron2's builder
+    pools P5 only, so it needs res5)."""
+    from detectron2.modeling.backbone import FPN, build_resnet_backbone
+    from detectron2.modeling.backbone.fpn import LastLevelMaxPool
+
+    top_block = LastLevelMaxPool()
+    top_block.in_feature = f"p{cfg.MODEL.FPN.IN_FEATURES[-1][-1]}"  # res4 -> p4
+    return FPN(bottom_up=build_resnet_backbone(cfg, input_shape),
+               in_features=cfg.MODEL.FPN.IN_FEATURES, out_channels=cfg.MODEL.FPN.OUT_CHANNELS,
+               norm=cfg.MODEL.FPN.NORM, top_block=top_block, fuse_type=cfg.MODEL.FPN.FUSE_TYPE)
+
+
+def _register_backbone() -> None:
+    import fcos_d2  # noqa: F401  (before detectron2)
+    from detectron2.modeling import BACKBONE_REGISTRY
+
+    if "build_resnet_trunk_fpn_backbone" not in BACKBONE_REGISTRY:
+        BACKBONE_REGISTRY.register(build_resnet_trunk_fpn_backbone)
+
+

@@ -1,0 +1,107 @@
+"""What the benchmarks that train share: a pool of child processes, one run each, a hook that
+keeps the losses, and reading the JSON-lines files the runs append to.
+
+``benchmarks.train_quality`` and ``benchmarks.masks`` run each (contender, seed) in its own
+process with one thread, ``jobs`` at a time: ``python -m <module> --run NAME --seed SEED
+--output OUTPUT EXTRA_ARGS OPTS`` from the repository's root.
+"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
+
+REPO = Path(__file__).resolve().parents[1]
+# storage scalars that are not losses (detectron2's and fcos-d2's)
+NOT_LOSSES = {"data_time", "rank_data_time", "lr", "time", "eta_seconds", "num_pos_anchors"}
+
+# can_start(name, seed, waiting): whether (name, seed) may start while the pairs of
+# `waiting` (queued or running) have not finished
+CanStart = Callable[[str, int, Set[Tuple[str, int]]], bool]
+
+
+def module_command(module: str) -> List[str]:
+    """The command that runs `module` (``benchmarks.x``) with this interpreter."""
+    return [sys.executable, "-m", module]
+
+
+def child_environment() -> Dict[str, str]:
+    """This environment with one thread per child and the repository first on PYTHONPATH,
+    so that ``python -m benchmarks.x`` finds the package from any working directory."""
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    return dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=path)
+
+
+def next_ready(todo: List[Tuple[str, int]], running: List[tuple],
+               can_start: Optional[CanStart] = None) -> Optional[int]:
+    """The index of the first (name, seed) of `todo` that `can_start` allows (every one
+    without it), while the rest of `todo` and the `running` (name, seed, ...) wait; None if
+    none can start."""
+    waiting = set(todo) | {(r[0], r[1]) for r in running}
+    for index, (name, seed) in enumerate(todo):
+        if can_start is None or can_start(name, seed, waiting):
+            return index
+    return None
+
+
+def run_all(todo: List[Tuple[str, int]], jobs: int, output: Path, opts: Sequence[str],
+            command: Sequence[str], extra_args: Sequence[str] = (),
+            can_start: Optional[CanStart] = None) -> None:
+    """Runs each (name, seed) of `todo` in a child process, `jobs` at a time: ``command
+    --run NAME --seed SEED --output OUTPUT EXTRA_ARGS OPTS``, its output going to
+    ``OUTPUT/log-<name>-<seed>.txt``. `todo` is consumed."""
+    env, running = child_environment(), []
+    while todo or running:
+        while len(running) < jobs and next_ready(todo, running, can_start) is not None:
+            name, seed = todo.pop(next_ready(todo, running, can_start))
+            log = open(output / f"log-{name.replace(' ', '_')}-{seed}.txt", "w")
+            argv = [*command, "--run", name, "--seed", str(seed), "--output", str(output),
+                    *extra_args, *opts]
+            process = subprocess.Popen(argv, env=env, cwd=REPO, stdout=log,
+                                       stderr=subprocess.STDOUT)
+            running.append((name, seed, process, time.time()))
+            print(f"started {name} seed {seed}", flush=True)
+        for item in list(running):
+            name, seed, process, started = item
+            if process.poll() is not None:
+                running.remove(item)
+                print(f"finished {name} seed {seed}: exit {process.returncode}, "
+                      f"{time.time() - started:.0f} s", flush=True)
+        time.sleep(1)
+
+
+def loss_recorder():
+    """A detectron2 hook that keeps each loss's values; ``tail()`` gives their median over
+    the last 100 iterations."""
+    from detectron2.engine import HookBase
+
+    class LossRecorder(HookBase):
+        def __init__(self):
+            self.values: Dict[str, List[float]] = {}
+
+        def after_step(self):
+            for key, (value, _) in self.trainer.storage.latest().items():
+                if key not in NOT_LOSSES:
+                    self.values.setdefault(key, []).append(float(value))
+
+        def tail(self) -> Dict[str, float]:
+            return {k: round(statistics.median(v[-100:]), 4) for k, v in self.values.items()}
+
+    return LossRecorder()
+
+
+def load_results(path: Path) -> List[dict]:
+    """The JSON lines of `path` (a benchmark's OUTPUT/results.jsonl); [] if there is none."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def append_results(path: Path, results: Sequence[dict]) -> None:
+    """Appends `results` to the JSON-lines file `path`, one line each, in one write."""
+    with open(path, "a") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in results))

@@ -1,0 +1,38 @@
+"""Side-by-side benchmark of the whole R-50 FCOS: fcos-d2 against torchvision's FCOS and
+detectron2's built-in FCOS, in one process, same thread count, contenders interleaved
+(one timing of each in turn, so that load from other processes hits all of them alike),
+median of the timings after a warm-up. Prints a table per row and writes a JSON file.
+
+Rows (``--rows``, comma-separated; default all):
+  inference  latency per image at batch 1 and throughput at batch 4, 800x1216, float32 and
+             bf16 (CPU; fp16 AMP with --device cuda); fcos-d2 as configs/FCOS-R50.yaml,
+             also with MODEL.FCOS.CHANNELS_LAST
+  training   one iteration (forward, backward, SGD step), batch 2, 800x1216, 20 boxes each
+  flops      backbone + head MACs (fvcore) and the achieved fraction of this machine's peak,
+             the rate of a large 3x3 convolution timed in the same run
+  memory     peak RSS (CUDA: peak allocated) of one inference and one training iteration,
+             each contender in a fresh subprocess so that the peaks are its own
+  parts      training targets + losses, and post-processing, against torchvision's
+  onnx       the whole detector in onnxruntime, fp32 and int8, against PyTorch eager
+  compile    torch.compile (inductor) of backbone + head against eager: inference and a
+             training step, compile time, output difference
+  loader     images/s of one loader worker: FCOSDatasetMapper against detectron2's
+             DatasetMapper on 800x1333 JPEGs with the COCO augmentations
+  labelenc   the plain FCOS that LabelEnc's step 2 leaves (LEF and adapter stripped, loaded
+             strictly) against plain FCOS-R50: latency, parameters, MACs
+
+Adding a row: one function ``row_<name>(args) -> List[dict]`` that prints its table and
+returns its results, and an entry in ``ROWS`` (``benchmarks.speed.cli``).
+
+Besides the JSON file, a run appends one record (commit, CPU kind with its bf16/AMX flags,
+threads, every row's results, the target ratios, seconds) to
+``benchmarks/results/speed.jsonl`` (``benchmarks.records``).
+
+The modules: ``timing`` (interleaved medians, autocast, training steps, tables),
+``contenders`` (the three R-50 FCOS), ``whole_model`` (the inference, training, flops and
+memory rows), ``parts``, ``onnx_row``, ``compile_row``, ``loader_row``, ``labelenc_row``
+(the other rows) and ``cli`` (the rows by name, the targets, the command).
+
+Usage: python -m benchmarks.speed [--rows inference,training] [--repeats 3] [--quick]
+                                 [--device cpu|cuda] [--threads N] [--json output/benchmark.json]
+"""

@@ -1,0 +1,241 @@
+"""The docs' tables from the records: ``python -m benchmarks.tables`` (``make docs-tables``).
+
+Reads every records file ``benchmarks/results/<benchmark>.jsonl`` (``benchmarks.records``)
+and writes ``docs/results/<benchmark>.md``, headed with the file it was generated from. Each
+row names the records it summarises (their line numbers in the records file), their commits
+and the CPU, so that a figure in the docs can be traced to its runs. ``--check`` writes
+nothing and fails if a generated file is missing or differs (the docs are stale).
+"""
+import argparse
+import json
+import statistics
+import sys
+from collections import OrderedDict
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from benchmarks.records import REPO, RESULTS_DIR, RecordsError, read_numbered_records
+
+DOCS_DIR = REPO / "docs" / "results"
+Numbered = List[Tuple[int, dict]]  # (line in the records file, record)
+
+
+def _cpu(record: dict) -> str:
+    cpu = record["cpu"]
+    flags = f" ({', '.join(cpu['flags'])})" if cpu.get("flags") else ""
+    return f"{cpu['model']}{flags}"
+
+
+def _commit(record: dict) -> str:
+    return record["commit"][:7] + ("+dirty" if record.get("dirty") else "")
+
+
+def _joined(values) -> str:
+    """The distinct values, in order, joined by commas."""
+    return ", ".join(OrderedDict.fromkeys(str(v) for v in values))
+
+
+def _mean_std(values: List[float]) -> str:
+    """"mean / sample std" with one decimal ("mean / n/a" for one value)."""
+    std = f"{statistics.stdev(values):.1f}" if len(values) > 1 else "n/a"
+    return f"{statistics.mean(values):.1f} / {std}"
+
+
+def _row(cells: Sequence) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def _table(header: Sequence[str], rows: List[Sequence]) -> List[str]:
+    return [_row(header), _row(["---"] * len(header)), *(_row(r) for r in rows)]
+
+
+def _grouped(numbered: Numbered, key: Callable[[dict], tuple]) -> Dict[tuple, Numbered]:
+    groups: Dict[tuple, Numbered] = OrderedDict()
+    for line, record in numbered:
+        groups.setdefault(key(record), []).append((line, record))
+    return groups
+
+
+def _provenance(group: Numbered) -> List[str]:
+    """The cells that trace a row to its records: commits, CPU kinds, record lines."""
+    return [_joined(_commit(r) for _, r in group), _joined(_cpu(r) for _, r in group),
+            ", ".join(str(line) for line, _ in group)]
+
+
+def train_quality_table(numbered: Numbered) -> List[str]:
+    """Per (regime, overrides, contender): seeds, AP and AP50 mean / std, training s."""
+    rows = []
+    groups = _grouped(numbered, lambda r: (r["run"].get("regime", "shapes"),
+                                           tuple(r["overrides"]), r["run"]["contender"]))
+    for (regime, overrides, contender), group in groups.items():
+        metrics = [r["metrics"] for _, r in group]
+        seconds = [r["times"]["train_seconds"] for _, r in group if "train_seconds" in r["times"]]
+        rows.append([contender, regime, " ".join(overrides) or "none",
+                     _joined(r["seed"] for _, r in group), _mean_std([m["AP"] for m in metrics]),
+                     _mean_std([m["AP50"] for m in metrics]),
+                     f"{statistics.mean(seconds):.0f}" if seconds else "", *_provenance(group)])
+    return _table(["contender", "regime", "overrides", "seeds", "AP (mean / std)",
+                   "AP50 (mean / std)", "training s (mean)", "commits", "CPU", "records"], rows)
+
+
+def masks_table(numbered: Numbered) -> List[str]:
+    """Per (contender, overrides, iterations): mask and box AP mean / std over seeds; then the
+    latency records, one row per contender."""
+    runs = [(n, r) for n, r in numbered if r["run"].get("kind") != "latency"]
+    rows = []
+    groups = _grouped(runs, lambda r: (r["run"]["contender"], tuple(r["overrides"]),
+                                       r["run"].get("iters")))
+    for (contender, overrides, iters), group in groups.items():
+        rows.append([contender, " ".join(overrides) or "none", iters,
+                     _joined(r["seed"] for _, r in group),
+                     _mean_std([r["metrics"]["mask"]["AP"] for _, r in group]),
+                     _mean_std([r["metrics"]["box"]["AP"] for _, r in group]),
+                     *_provenance(group)])
+    lines = _table(["contender", "overrides", "iterations", "seeds", "mask AP (mean / std)",
+                    "box AP (mean / std)", "commits", "CPU", "records"], rows)
+    latency = [[name, " ".join(r["overrides"]) or "none", r["run"].get("iters"),
+                f"{value['ms_per_image']:.1f}", *_provenance([(n, r)])]
+               for n, r in numbered if r["run"].get("kind") == "latency"
+               for name, value in r["metrics"].items()]
+    if latency:
+        lines += ["", "Latency of the seed-0 models (one thread, batch 1):", ""]
+        lines += _table(["contender", "overrides", "iterations", "ms / image", "commit", "CPU",
+                         "record"], latency)
+    return lines
+
+
+def _compact(result: dict) -> str:
+    """A result's fields as JSON, floats to 4 significant digits, "row" left out."""
+    rounded = {k: float(f"{v:.4g}") if isinstance(v, float) else v
+               for k, v in result.items() if k != "row"}
+    return json.dumps(rounded, sort_keys=True)
+
+
+def speed_table(numbered: Numbered) -> List[str]:
+    """The timed results (row, contender, batch) of every run, the parts against
+    torchvision, the other results (FLOPs, memory, ...) and the target ratios."""
+    timed, parts, other, targets = [], [], [], []
+    for line, record in numbered:
+        trace = _provenance([(line, record)])
+        threads = record["run"].get("options", {}).get("threads", "")
+        device = record["run"].get("machine", {}).get("device", "")
+        for r in (r for results in record["metrics"]["rows"].values() for r in results):
+            if "seconds" in r and "contender" in r:
+                batch = r.get("batch", 1)
+                timed.append([r["row"], r["contender"], batch, f"{r['seconds'] * 1e3:.1f}",
+                              f"{batch / r['seconds']:.2f}", device, threads, *trace])
+            elif "part" in r:
+                ours, theirs = r["fcos_d2_seconds"], r["torchvision_seconds"]
+                parts.append([r["part"], f"{ours * 1e3:.1f}", f"{theirs * 1e3:.1f}",
+                              f"{theirs / ours:.2f}", device, threads, *trace])
+            else:
+                other.append([r.get("row", ""), _compact(r), device, threads, *trace])
+        targets += [[name, f"{value:.2f}", *trace]
+                    for name, value in record["metrics"].get("targets", {}).items()]
+    sections = [
+        ("Timed results:", ["row", "contender", "batch", "ms / batch", "images / s", "device",
+                            "threads"], timed),
+        ("Parts, fcos-d2 against torchvision on the same inputs:",
+         ["part", "fcos-d2 ms", "torchvision ms", "torchvision / fcos-d2", "device",
+          "threads"], parts),
+        ("Other results:", ["row", "values", "device", "threads"], other),
+        ("Target ratios:", ["ratio", "value"], targets)]
+    lines = []
+    for title, header, rows in sections:
+        if rows:
+            lines += [title, "", *_table([*header, "commit", "CPU", "record"], rows), ""]
+    return lines[:-1]
+
+
+def costs_table(numbered: Numbered) -> List[str]:
+    """One row per timed model of every cost estimate: its median seconds per training
+    iteration and their ratio to the estimate's reference (the recipe, the first regime)."""
+    rows = []
+    for line, record in numbered:
+        medians = record["metrics"]["median_seconds_per_iteration"]
+        reference = record["run"].get("reference")
+        for name, seconds in medians.items():
+            ratio = f"{seconds / medians[reference]:.2f}" if reference in medians else ""
+            rows.append([record["run"].get("kind", ""), name, f"{seconds:.3f}", ratio,
+                         reference or "", record["run"].get("repeats", ""),
+                         *_provenance([(line, record)])])
+    return _table(["estimate", "training iteration", "median s", "x reference", "reference",
+                   "repeats", "commit", "CPU", "record"], rows)
+
+
+def generic_table(numbered: Numbered) -> List[str]:
+    """One row per record: its seed, overrides, metrics and times as JSON."""
+    return _table(["seed", "overrides", "metrics", "times", "commit", "CPU", "record"],
+                  [[r["seed"], " ".join(r["overrides"]) or "none",
+                    json.dumps(r["metrics"], sort_keys=True), json.dumps(r["times"]),
+                    *_provenance([(n, r)])] for n, r in numbered])
+
+
+# benchmark -> (title, table of its numbered records); others get generic_table
+TABLES: Dict[str, Tuple[str, Callable[[Numbered], List[str]]]] = {
+    "train_quality": ("Training quality on small data (python -m benchmarks.train_quality)",
+                      train_quality_table),
+    "masks": ("SipMask against Mask R-CNN (python -m benchmarks.masks)", masks_table),
+    "speed": ("Speed of the whole R-50 FCOS (python -m benchmarks.speed)", speed_table),
+    "train_quality_costs": ("Cost of a training iteration (python -m benchmarks.train_quality "
+                            "--labelenc-cost / --regime-cost)", costs_table),
+}
+
+
+def _shown(path: Path) -> str:
+    """`path` relative to the repository where it is inside it."""
+    path = Path(path).resolve()
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
+def generate(records_path: Path) -> str:
+    """The markdown of the records file `records_path` (``RecordsError`` if it is missing
+    or malformed, naming the file and line)."""
+    benchmark = Path(records_path).stem
+    numbered = read_numbered_records(records_path)
+    title, table = TABLES.get(benchmark, (f"{benchmark} records", generic_table))
+    header = [f"_Generated from {_shown(records_path)} by python -m benchmarks.tables; do not "
+              "edit._", "", f"# {title}", "",
+              f"{len(numbered)} records. \"records\": their line numbers in "
+              f"{_shown(records_path)}; \"commits\": the checkouts they ran at (+dirty: with "
+              "uncommitted changes).", ""]
+    return "\n".join(header + table(numbered)) + "\n"
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.tables",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=Path, default=RESULTS_DIR,
+                        help="folder of the records files (default benchmarks/results)")
+    parser.add_argument("--docs", type=Path, default=DOCS_DIR,
+                        help="folder of the generated tables (default docs/results)")
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; fail if a generated table is missing or stale")
+    args = parser.parse_args(argv)
+    sources = sorted(args.records.glob("*.jsonl"))
+    if not sources:
+        raise SystemExit(f"{args.records}: no records files (*.jsonl); a benchmark run writes "
+                         "them (python -m benchmarks.<name>)")
+    stale = []
+    for source in sources:
+        try:
+            text = generate(source)
+        except RecordsError as error:
+            raise SystemExit(f"python -m benchmarks.tables: {error}") from None
+        target = args.docs / f"{source.stem}.md"
+        if args.check:
+            if not target.is_file() or target.read_text() != text:
+                stale.append(str(target))
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+        print(f"wrote {target} from {source}")
+    if stale:
+        print(f"stale or missing: {', '.join(stale)}; run python -m benchmarks.tables",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""Every contender of the training-quality benchmark by name: the main ones first, then
+the one-at-a-time variants (``contender_names``); ``contender(name)`` gives its
+``Contender``. The only module that knows both the one-step contenders and LabelEnc's."""
+import functools
+import importlib.util
+from collections import OrderedDict
+from typing import Dict, List, Sequence
+
+from benchmarks.train_quality import labelenc
+from benchmarks.train_quality.contenders import (
+    DETECTRON2, DETECTRON2_VARIANTS, EVAL_VARIANTS, OFFICIAL, RECIPE, RECIPE_VARIANTS,
+    SAME_ITERATIONS, SCHEDULES, TORCHVISION, VARIANTS, Contender, FcosD2Contender,
+    InferenceVariant, OtherFCOS)
+
+# Contenders added with regime 2: in "all" of --regime thin only, so that "all" of
+# --regime shapes (make train-quality) stays the measured table; by name in both.
+ADDED_WITH_THIN = [f"fcos-d2 {v}" for v in ("ema-momentum-0.99", "prior-0.1", "warmup-200",
+                                             "clip-gradients", "atss", "quality-focal")] \
+    + [f"{RECIPE}+{v}" for v in RECIPE_VARIANTS] \
+    + [f"{DETECTRON2}+{v}" for v in DETECTRON2_VARIANTS]
+# --positives without --contenders
+POSITIVES_CONTENDERS = ["fcos-d2 official", RECIPE, f"{RECIPE}+center-sampling-1.5",
+                        "fcos-d2 atss", f"{RECIPE}+atss-anchors-4"]
+
+
+@functools.lru_cache(maxsize=None)
+def _catalog() -> Dict[str, Contender]:
+    """name -> contender, in ``contender_names``'s order."""
+    fcos = OrderedDict((f"fcos-d2 {v}", FcosD2Contender(f"fcos-d2 {v}", OFFICIAL + overrides))
+                       for v, overrides in VARIANTS.items())
+    main = [fcos["fcos-d2 official"], FcosD2Contender(RECIPE), OtherFCOS(DETECTRON2, DETECTRON2),
+            OtherFCOS(TORCHVISION, TORCHVISION),
+            *(labelenc.LabelEncContender(n, o) for n, o in labelenc.STEP1_VARIANTS.items()
+              if n == labelenc.LABELENC),
+            FcosD2Contender(SAME_ITERATIONS, schedule=SCHEDULES[SAME_ITERATIONS]),
+            *(labelenc.Step2Variant(n, o) for n, o in labelenc.STEP2_VARIANTS.items()),
+            *(labelenc.LabelEncContender(n, o) for n, o in labelenc.STEP1_VARIANTS.items()
+              if n != labelenc.LABELENC)]
+    variants = [c for n, c in fcos.items() if n != "fcos-d2 official"]
+    variants += [InferenceVariant(n, fcos[base], o) for n, (base, o) in EVAL_VARIANTS.items()]
+    variants += [FcosD2Contender(f"{RECIPE}+{v}", o) for v, o in RECIPE_VARIANTS.items()]
+    variants += [OtherFCOS(f"{DETECTRON2}+{v}", DETECTRON2, o)
+                 for v, o in DETECTRON2_VARIANTS.items()]
+    return OrderedDict((c.name, c) for c in [*main, *variants])
+
+
+def contender_names() -> List[str]:
+    """The main contenders first, then the one-at-a-time variants."""
+    return list(_catalog())
+
+
+def contender(name: str) -> Contender:
+    """The contender called `name` (``contender_names``)."""
+    if name not in _catalog():
+        raise KeyError(f"unknown contender {name!r}; python -m benchmarks.train_quality "
+                       "--list prints the names")
+    return _catalog()[name]
+
+
+def contender_overrides(name: str) -> List:
+    """The config overrides that make contender `name` from the recipe config."""
+    return contender(name).overrides
+
+
+def contender_cfg(name: str, seed: int, output_dir: str, opts: Sequence = (),
+                  labelenc_step: int = 0, regime: str = "shapes"):
+    """The config of contender `name` (of LabelEnc's step `labelenc_step` if not 0)."""
+    step = labelenc.LABELENC_STEPS.get(labelenc_step, [])
+    return contender(name).config(seed, output_dir, opts, regime, step=step)
+
+
+def build_contender(name: str, cfg):
+    """The detector of contender `name` on fcos-d2's backbone for `cfg`."""
+    return contender(name).build(cfg)
+
+
+def inference_variants_of(name: str) -> List[Contender]:
+    """The inference-only contenders scored on the weights of `name`'s runs."""
+    return [c for c in _catalog().values() if c.trained_by == name]
+
+
+def default_contenders(names: List[str], regime: str) -> List[str]:
+    """The contenders of ``--contenders all`` in `regime` among `names`."""
+    return [n for n in names if regime != "shapes" or n not in ADDED_WITH_THIN]
+
+
+def has_detectron2_fcos() -> bool:
+    """Whether the installed detectron2 has the built-in FCOS (v0.6 and main have)."""
+    import fcos_d2  # noqa: F401  (before detectron2)
+
+    return importlib.util.find_spec("detectron2.modeling.meta_arch.fcos") is not None

@@ -1,0 +1,125 @@
+"""benchmarks.tables: the docs' tables generated from hand-made records, each row traced to
+its records (line numbers, commits, CPU); a missing or malformed records file stops it with
+the file and the line; --check tells stale tables."""
+import json
+
+import pytest
+
+from benchmarks import tables
+
+CPU = {"model": "Example CPU", "flags": ["amx_bf16", "avx512_bf16"], "cores": 2}
+
+
+def _record(benchmark, seed=0, overrides=(), metrics=None, times=None, run=None,
+            commit="a" * 40, dirty=False):
+    return {"benchmark": benchmark, "date": "2026-12-05T14:00:00+00:00", "commit": commit,
+            "dirty": dirty, "cpu": CPU, "command": f"python -m benchmarks.{benchmark}",
+            "seed": seed, "overrides": list(overrides), "metrics": metrics or {},
+            "times": times or {}, "run": run or {}}
+
+
+def _write(path, records):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def _train_quality(seed, ap, contender="fcos-d2 recipe", overrides=(), **kwargs):
+    return _record("train_quality", seed, overrides, {"AP": ap, "AP50": 2 * ap},
+                   {"train_seconds": 100.0 + seed}, {"contender": contender}, **kwargs)
+
+
+def test_training_quality_rows_are_per_contender_and_overrides_over_seeds(tmp_path):
+    path = _write(tmp_path / "train_quality.jsonl", [
+        _train_quality(0, 10.0), _train_quality(1, 14.0, commit="b" * 40, dirty=True),
+        _train_quality(0, 5.0, overrides=["SOLVER.MAX_ITER", "20"]),
+        _train_quality(2, 12.0)])
+    lines = tables.generate(path).splitlines()
+    assert lines[0] == (f"_Generated from {path} by python -m benchmarks.tables; do not edit._")
+    assert lines[2] == "# Training quality on small data (python -m benchmarks.train_quality)"
+    cpu = "Example CPU (amx_bf16, avx512_bf16)"
+    # mean 12.0, sample std of (10, 14, 12) = 2.0
+    assert lines[-2] == (f"| fcos-d2 recipe | shapes | none | 0, 1, 2 | 12.0 / 2.0 | 24.0 / 4.0 | "
+                         f"101 | aaaaaaa, bbbbbbb+dirty | {cpu} | 1, 2, 4 |")
+    assert lines[-1] == (f"| fcos-d2 recipe | shapes | SOLVER.MAX_ITER 20 | 0 | 5.0 / n/a | "
+                         f"10.0 / n/a | 100 | aaaaaaa | {cpu} | 3 |")
+
+
+def test_speed_rows_give_timed_results_parts_other_results_and_the_targets(tmp_path):
+    rows = {"inference": [{"row": "inference", "contender": "fcos-d2 fp32", "batch": 4,
+                           "seconds": 0.5}],
+            "parts": [{"row": "parts", "part": "targets+losses", "fcos_d2_seconds": 0.25,
+                       "torchvision_seconds": 0.5}],
+            "flops": [{"row": "flops", "backbone_head_gmacs": 1.23456}]}
+    record = _record("speed", metrics={"rows": rows, "targets": {"x / y (<= 1)": 0.25}},
+                     run={"machine": {"device": "cpu"}, "options": {"threads": 1}})
+    lines = tables.generate(_write(tmp_path / "speed.jsonl", [record])).splitlines()
+    cpu = "Example CPU (amx_bf16, avx512_bf16)"
+    assert f"| inference | fcos-d2 fp32 | 4 | 500.0 | 8.00 | cpu | 1 | aaaaaaa | {cpu} | 1 |" \
+        in lines
+    assert f"| targets+losses | 250.0 | 500.0 | 2.00 | cpu | 1 | aaaaaaa | {cpu} | 1 |" in lines
+    assert f'| flops | {{"backbone_head_gmacs": 1.235}} | cpu | 1 | aaaaaaa | {cpu} | 1 |' in lines
+    assert lines[-1] == f"| x / y (<= 1) | 0.25 | aaaaaaa | {cpu} | 1 |"
+
+
+def test_mask_runs_and_latency_get_their_own_tables(tmp_path):
+    runs = [_record("masks", seed, metrics={"mask": {"AP": ap}, "box": {"AP": ap + 10}},
+                    run={"contender": "sipmask", "iters": 600}) for seed, ap in ((0, 20), (1, 30))]
+    latency = _record("masks", metrics={"sipmask": {"ms_per_image": 42.25}},
+                      run={"kind": "latency", "iters": 600})
+    lines = tables.generate(_write(tmp_path / "masks.jsonl", [*runs, latency])).splitlines()
+    cpu = "Example CPU (amx_bf16, avx512_bf16)"
+    assert f"| sipmask | none | 600 | 0, 1 | 25.0 / 7.1 | 35.0 / 7.1 | aaaaaaa | {cpu} | 1, 2 |" \
+        in lines
+    assert lines[-1] == f"| sipmask | none | 600 | 42.2 | aaaaaaa | {cpu} | 3 |"
+
+
+def test_cost_estimates_give_each_model_and_its_ratio_to_the_reference(tmp_path):
+    record = _record("train_quality_costs",
+                     metrics={"median_seconds_per_iteration": {"shapes": 0.5, "thin": 2.0}},
+                     run={"kind": "regime-cost", "repeats": 10, "reference": "shapes"})
+    lines = tables.generate(_write(tmp_path / "train_quality_costs.jsonl", [record]))
+    cpu = "Example CPU (amx_bf16, avx512_bf16)"
+    assert lines.splitlines()[-2:] == [
+        f"| regime-cost | shapes | 0.500 | 1.00 | shapes | 10 | aaaaaaa | {cpu} | 1 |",
+        f"| regime-cost | thin | 2.000 | 4.00 | shapes | 10 | aaaaaaa | {cpu} | 1 |"]
+
+
+def test_another_benchmark_gets_a_row_per_record(tmp_path):
+    record = _record("other", seed=7, metrics={"x": 1}, times={"s": 2.0})
+    lines = tables.generate(_write(tmp_path / "other.jsonl", [record])).splitlines()
+    assert lines[2] == "# other records"
+    assert lines[-1] == ('| 7 | none | {"x": 1} | {"s": 2.0} | aaaaaaa | '
+                         'Example CPU (amx_bf16, avx512_bf16) | 1 |')
+
+
+def test_the_command_writes_one_table_per_records_file_and_check_tells_stale_ones(tmp_path):
+    _write(tmp_path / "train_quality.jsonl", [_train_quality(0, 10.0)])
+    docs = tmp_path / "docs"
+    argv = ["--records", str(tmp_path), "--docs", str(docs)]
+    assert tables.main(argv + ["--check"]) == 1  # nothing generated yet
+    assert tables.main(argv) == 0
+    assert [p.name for p in docs.iterdir()] == ["train_quality.md"]
+    assert (docs / "train_quality.md").read_text() == \
+        tables.generate(tmp_path / "train_quality.jsonl")
+    assert tables.main(argv + ["--check"]) == 0
+    _write(tmp_path / "train_quality.jsonl", [_train_quality(0, 11.0)])  # a new record
+    assert tables.main(argv + ["--check"]) == 1
+
+
+def test_a_malformed_records_file_stops_the_command_naming_the_file_and_line(tmp_path):
+    path = tmp_path / "speed.jsonl"
+    path.write_text(json.dumps(_record("speed")) + "\n{broken\n")
+    with pytest.raises(SystemExit, match=f"{path}, line 2: not JSON"):
+        tables.main(["--records", str(tmp_path), "--docs", str(tmp_path / "docs")])
+    assert not (tmp_path / "docs").exists()
+
+
+def test_a_folder_without_records_files_is_an_error_naming_it(tmp_path):
+    with pytest.raises(SystemExit, match=f"{tmp_path}: no records files"):
+        tables.main(["--records", str(tmp_path)])
+
+
+def test_the_repositorys_tables_are_those_its_records_generate(capsys):
+    """After a benchmark run, `make docs-tables` (python -m benchmarks.tables) and commit
+    the records with the tables."""
+    assert tables.main(["--check"]) == 0, capsys.readouterr().err
