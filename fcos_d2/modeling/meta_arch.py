@@ -20,7 +20,7 @@ from detectron2.modeling.postprocessing import detector_postprocess
 from detectron2.structures import ImageList, Instances
 from torch import Tensor, nn
 
-from ..engine.amp import CPU_BF16_POLICIES, cpu_autocast_dtype
+from ..precision import CPU_BF16_POLICIES, cpu_autocast_dtype
 from .assignment import assign_targets_with_matches, compute_locations, level_size_ranges
 from .atss import assign_targets_atss
 from .head import FCOSHead
