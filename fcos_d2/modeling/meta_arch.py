@@ -34,7 +34,7 @@ INFERENCE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16,
                     "float16": torch.float16}
 
 
-def _flatten_levels(outputs: List[Tensor]) -> Tensor:
+def flatten_levels(outputs: List[Tensor]) -> Tensor:
     """Per level (N, C, Hi, Wi) -> (N, R, C), locations in the order of compute_locations."""
     return torch.cat([x.permute(0, 2, 3, 1).reshape(x.shape[0], -1, x.shape[1])  # (N, HiWi, C)
                       for x in outputs], dim=1)
@@ -203,8 +203,8 @@ class FCOSBase(nn.Module):
                    regression: List[Tensor], centerness: List[Tensor]) -> Dict[str, Tensor]:
         """The three FCOS losses for given targets (shapes as :meth:`targets` returns)."""
         return fcos_losses(
-            logits=_flatten_levels(logits), reg_pred=_flatten_levels(regression),
-            ctr_logits=_flatten_levels(centerness)[..., 0], labels=labels,
+            logits=flatten_levels(logits), reg_pred=flatten_levels(regression),
+            ctr_logits=flatten_levels(centerness)[..., 0], labels=labels,
             reg_targets=reg_targets, num_classes=self.num_classes,
             focal_alpha=self.focal_loss_alpha, focal_gamma=self.focal_loss_gamma,
             loc_loss_type=self.loc_loss_type, loc_weighting=self.loc_loss_weighting,
