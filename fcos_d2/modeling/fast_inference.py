@@ -15,20 +15,11 @@ import copy
 import torch
 from detectron2.config import CfgNode as CN
 from torch import nn
-from ..parallel import unwrap_ddp
 
+from ..parallel import unwrap_ddp
 from .fold import fold_batchnorm
 
-__all__ = ["add_fast_inference_config", "inference_model", "fast_inference_enabled"]
-
-
-def add_fast_inference_config(fcos: CN) -> None:
-    """Adds ``MODEL.FCOS.FAST_INFERENCE`` to the ``MODEL.FCOS`` node ``fcos``."""
-    # Inference (evaluation, TTA, Predictor, demo, ONNX export) runs a copy of the model
-    # with frozen BN and eval-mode BN folded into the convolutions and channels_last
-    # memory: same outputs within 1e-4, R-50 fp32 in about 0.75x the time. False runs the
-    # model as trained. Checkpoints always hold the unfolded weights.
-    fcos.FAST_INFERENCE = True
+__all__ = ["inference_model", "fast_inference_enabled"]
 
 
 def fast_inference_enabled(cfg: CN) -> bool:

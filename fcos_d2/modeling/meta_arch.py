@@ -27,8 +27,9 @@ from .head import FCOSHead
 from .losses import (CLS_LOSSES, LOC_LOSS_TYPES, LOC_LOSS_WEIGHTINGS, LOSS_NORMALIZERS,
                      EMANormaliser, fcos_losses)
 from .postprocess import THRESHOLD_ON, postprocess_image_with_locations
-from .training_options import ASSIGNERS
 
+# MODEL.FCOS.ASSIGNER: who picks the positives (assignment.py or atss.py).
+ASSIGNERS = ("fcos", "atss")
 # MODEL.FCOS.INFERENCE_DTYPE: the autocast precision of backbone and head at inference.
 INFERENCE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16,
                     "float16": torch.float16}
