@@ -144,7 +144,7 @@ def add_fcos_config(cfg: CN) -> None:
     # A learnable scale per level on the box regression (official; detectron2 drops it).
     _C.USE_SCALE = True
 
-    # Loss normalisers. "num_pos" (official): the classification and centerness losses are
+    # Loss normalizers. "num_pos" (official): the classification and centerness losses are
     # divided by this batch's positives (mean over workers), the box loss by the sum of its
     # weights. "ema": the same quantities, smoothed by an exponential moving average (as
     # detectron2's FCOS and RetinaNet do), which steadies small batches with few objects.
@@ -154,7 +154,7 @@ def add_fcos_config(cfg: CN) -> None:
     _C.LOSS_NORMALIZER_EMA_INIT = 300.0
     _C.LOSS_NORMALIZER_EMA_MOMENTUM = 0.9
     # Weights of the box loss per positive: "centerness" (official: the centerness target,
-    # normalised by their sum) or "none" (every positive counts once, as in detectron2).
+    # normalized by their sum) or "none" (every positive counts once, as in detectron2).
     # With "none" and a ReLU regression, a small-data run from scratch can die
     # (docs/small_data.md).
     _C.LOC_LOSS_WEIGHTING = "centerness"

@@ -25,7 +25,7 @@ from .assignment import assign_targets_with_matches, compute_locations, level_si
 from .atss import assign_targets_atss
 from .head import FCOSHead
 from .losses import (CLS_LOSSES, LOC_LOSS_TYPES, LOC_LOSS_WEIGHTINGS, LOSS_NORMALIZERS,
-                     EMANormaliser, fcos_losses)
+                     EMANormalizer, fcos_losses)
 from .postprocess import THRESHOLD_ON, postprocess_image_with_locations
 
 # MODEL.FCOS.ASSIGNER: who picks the positives (assignment.py or atss.py).
@@ -114,7 +114,7 @@ class FCOSBase(nn.Module):
         self.focal_loss_alpha, self.focal_loss_gamma = focal_loss_alpha, focal_loss_gamma
         self.loc_loss_type = loc_loss_type
         self.norm_reg_targets = norm_reg_targets
-        self.loss_normaliser = EMANormaliser(*loss_normalizer_ema) if loss_normalizer == "ema" \
+        self.loss_normalizer = EMANormalizer(*loss_normalizer_ema) if loss_normalizer == "ema" \
             else None
         self.loc_loss_weighting, self.iou_loss_smooth = loc_loss_weighting, iou_loss_smooth
         self.assigner, self.atss_topk, self.cls_loss = assigner, atss_topk, cls_loss
@@ -209,7 +209,7 @@ class FCOSBase(nn.Module):
             reg_targets=reg_targets, num_classes=self.num_classes,
             focal_alpha=self.focal_loss_alpha, focal_gamma=self.focal_loss_gamma,
             loc_loss_type=self.loc_loss_type, loc_weighting=self.loc_loss_weighting,
-            iou_smooth=self.iou_loss_smooth, normaliser=self.loss_normaliser,
+            iou_smooth=self.iou_loss_smooth, normalizer=self.loss_normalizer,
             cls_loss=self.cls_loss)
 
     def inference(self, locations: List[Tensor], image_sizes: List[Tuple[int, int]],
