@@ -214,10 +214,11 @@ def add_fcos_config(cfg: CN) -> None:
     # (fcos_d2/engine/compile.py). The first iteration compiles (minutes for an R-50 on a
     # CPU; docs/speed.md).
     _C.COMPILE = False
-    # Inference (evaluation, TTA, Predictor, demo, ONNX export) runs a copy of the model
-    # with frozen BN and eval-mode BN folded into the convolutions and channels_last
-    # memory, the same outputs within 1e-4 (fcos_d2/modeling/fast_inference.py). False
-    # runs the model as trained. Checkpoints always hold the unfolded weights.
+    # Inference (the model in eval mode, evaluation, TTA, Predictor, demo, ONNX export)
+    # runs a copy of the model with frozen BN and eval-mode BN folded into the convolutions
+    # and channels_last memory, the same outputs within 1e-4, rebuilt when the weights
+    # change (fcos_d2/modeling/fast_inference.py). False runs the model as trained.
+    # Checkpoints always hold the unfolded weights.
     _C.FAST_INFERENCE = True
 
 

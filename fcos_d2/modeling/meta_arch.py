@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from ..precision import CPU_BF16_POLICIES, cpu_autocast_dtype
 from .assignment import assign_targets_with_matches, compute_locations, level_size_ranges
 from .atss import assign_targets_atss
+from .fast_inference import InferenceCopy
 from .head import FCOSHead
 from .losses import (CLS_LOSSES, LOC_LOSS_TYPES, LOC_LOSS_WEIGHTINGS, LOSS_NORMALIZERS,
                      EMANormalizer, fcos_losses)
@@ -263,6 +264,10 @@ class FCOS(FCOSBase):
     in training, "instances" with ``gt_boxes`` and 0-based ``gt_classes``.
     Output: in training, a dict of losses; in inference, per image {"instances": Instances}
     with ``pred_boxes``, ``scores`` and ``pred_classes``, in the original image size.
+
+    In eval mode, with ``fast_inference``, it runs its folded channels_last copy
+    (``fast_inference.InferenceCopy``), rebuilt when its weights change; ``state_dict()``
+    and training see only the unfolded weights.
     """
 
     @configurable
@@ -273,16 +278,20 @@ class FCOS(FCOSBase):
         pixel_mean: Sequence[float],
         pixel_std: Sequence[float],
         input_format: str = "BGR",
+        fast_inference: bool = True,
         **options,
     ):
-        """``options``: the keyword arguments of ``FCOSBase`` but ``input_shape``, which is
-        the backbone's."""
+        """``fast_inference``: run the folded channels_last copy in eval mode.
+        ``options``: the keyword arguments of ``FCOSBase`` but ``input_shape``, which is the
+        backbone's."""
         super().__init__(input_shape=backbone.output_shape(), **options)
         self.backbone = backbone
         # The backbone's parameters first, as before FCOSBase existed, so that parameter
         # order, and with it optimizer state saved in older checkpoints, stays the same.
         self._modules = {"backbone": self._modules.pop("backbone"), **self._modules}
         self.input_format = input_format
+        self.fast_inference = fast_inference
+        self.inference_copy = InferenceCopy()  # no submodule: not in state_dict
         self.register_buffer("pixel_mean", torch.tensor(pixel_mean).view(-1, 1, 1), False)
         self.register_buffer("pixel_std", torch.tensor(pixel_std).view(-1, 1, 1), False)
         if self.channels_last:  # FCOSBase converted the head; now the backbone too
@@ -299,6 +308,7 @@ class FCOS(FCOSBase):
             "pixel_mean": cfg.MODEL.PIXEL_MEAN,
             "pixel_std": cfg.MODEL.PIXEL_STD,
             "input_format": cfg.INPUT.FORMAT,
+            "fast_inference": cfg.MODEL.FCOS.FAST_INFERENCE,
         }
 
     @property
@@ -318,7 +328,15 @@ class FCOS(FCOSBase):
         features = self.backbone(images.tensor)
         return self.head([features[f] for f in self.head_in_features])
 
+    def train(self, mode: bool = True) -> "FCOS":
+        if mode:  # training changes the weights: free the inference copy's memory
+            self.inference_copy.clear()
+        return super().train(mode)
+
     def forward(self, batched_inputs: List[Dict]):
+        fast = None if self.training or not self.fast_inference else self.inference_copy.of(self)
+        if fast is not None:
+            return fast(batched_inputs)
         images = self.preprocess_image(batched_inputs)
         with self._inference_autocast():
             logits, regression, centerness = self.forward_head(images)
