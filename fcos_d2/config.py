@@ -1,8 +1,9 @@
 """``add_fcos_config``: the ``MODEL.FCOS`` config node.
 
 Defaults are the improved FCOS ("imprv": center sampling, GIoU loss, normalized regression
-targets, centerness on the regression branch, P6/P7 from P5), which the official repo
-reports at 38.7 COCO AP for R-50 1x.
+targets, centerness on the regression branch, P6/P7 from P5), the official repo's
+``FCOS_imprv`` models. Every key of ``MODEL.FCOS`` is defined here, with a comment that says
+what it does; what a setting is worth is measured in ``docs/``.
 
 ``add_checkpoint_config`` (called by ``add_fcos_config``) adds the keys of MODEL.WEIGHTS'
 loading: ``MODEL.WEIGHTS_ALLOW_PICKLE`` and ``MODEL.WEIGHTS_SHA256``.
@@ -11,7 +12,6 @@ Members of the family add their own nodes (``MODEL.SIPMASK``, ``MODEL.LABELENC``
 through :func:`register_config_node`: the core names no member, and ``add_fcos_config``
 calls every registered function, in the order they registered.
 """
-import re
 from typing import Callable, List
 
 from detectron2.config import CfgNode as CN
@@ -95,8 +95,7 @@ def add_fcos_config(cfg: CN) -> None:
     _C.NUM_CONVS = 4
     # Convs shared by both branches before the towers (FCOS-RT style shared head; 0 = none).
     _C.NUM_SHARE_CONVS = 0
-    # Norm in the towers: "GN" (32 groups), "BN", "SyncBN", or "" for none. GN is worth
-    # about +0.5 AP over none in the official ablations.
+    # Norm in the towers: "GN" (32 groups), "BN", "SyncBN", or "" for none.
     _C.NORM = "GN"
     # Make the last conv of each tower a modulated deformable conv (DCNv2), as in the
     # official DCN models; runs on torchvision.ops.deform_conv2d (CPU and GPU).
@@ -104,17 +103,35 @@ def add_fcos_config(cfg: CN) -> None:
     # Initial bias of the classification logits = -log((1 - p) / p), for stable focal loss.
     _C.PRIOR_PROB = 0.01
 
-    # Target assignment. Level i takes a location whose largest regression distance lies
-    # in [SIZES_OF_INTEREST[i-1], SIZES_OF_INTEREST[i]] (inclusive), with -1 and +inf at
-    # the ends; one more level than boundaries. The official ranges suit 800-1333 px
-    # images; for small images scale them with the objects: halved, they were worth
-    # +1.7 AP on the small-data benchmark (README "Training on small data from scratch").
+    # Target assignment. Which locations are an object's positives: "fcos" (official:
+    # inside the box, or its center region with CENTER_SAMPLING_RADIUS, and within the
+    # level's SIZES_OF_INTEREST range) or "atss" (ATSS, Zhang et al. 2020: per level the
+    # ATSS_TOPK locations nearest the box center are candidates; positive where the IoU of
+    # the location's square anchor with the box reaches the mean + std of the candidates'
+    # IoUs and the location lies inside the box; SIZES_OF_INTEREST and
+    # CENTER_SAMPLING_RADIUS unused).
+    _C.ASSIGNER = "fcos"
+    # "fcos": level i takes a location whose largest regression distance lies in
+    # [SIZES_OF_INTEREST[i-1], SIZES_OF_INTEREST[i]] (inclusive), with -1 and +inf at the
+    # ends; one more level than boundaries. The official ranges suit 800-1333 px images;
+    # for small images scale them with the objects (docs/small_data.md).
     _C.SIZES_OF_INTEREST = [64, 128, 256, 512]
-    # Center sampling: positives lie within radius * stride of the box center (clipped to
-    # the box). 0 disables it (original FCOS: every location inside the box). ~+0.8 AP.
+    # "fcos": center sampling, positives lie within radius * stride of the box center
+    # (clipped to the box). 0 disables it (original FCOS: every location inside the box).
     _C.CENTER_SAMPLING_RADIUS = 1.5
+    # "atss" only: candidates per level and object (ATSS: 9).
+    _C.ATSS_TOPK = 9
+    # "atss" only: the side of a location's square anchor, in strides (ATSS: 8). Like
+    # SIZES_OF_INTEREST it decides which level an object lands on: with 8, objects of
+    # 10-100 px put nearly all their positives on P3; 4 spreads them over more levels.
+    _C.ATSS_ANCHOR_SCALE = 8.0
 
     # Losses.
+    # Classification loss: "focal" (official sigmoid focal loss, FOCAL_LOSS_ALPHA/GAMMA) or
+    # "quality_focal" (GFL's quality focal loss, beta 2: a positive's target is the IoU of
+    # its predicted box with its box, detached, instead of 1).
+    _C.CLS_LOSS = "focal"
+    # The focal loss' alpha (weight of the positives) and gamma (focusing exponent).
     _C.FOCAL_LOSS_ALPHA = 0.25
     _C.FOCAL_LOSS_GAMMA = 2.0
     # Box loss: "iou" (-log IoU, original), "linear_iou" (1 - IoU) or "giou" (improved).
@@ -127,41 +144,36 @@ def add_fcos_config(cfg: CN) -> None:
     # Activation that makes the box regression positive: "relu" (improved official),
     # "exp" (original official), "softplus" (relu-like, but its gradient never vanishes),
     # or "" for the official choice for the units: "relu" when NORM_REG_TARGETS, else
-    # "exp". A ReLU whose inputs all turn negative stops learning for good (torchvision's
-    # FCOS dies so on small data from scratch); softplus and exp keep a gradient that
-    # pulls a too-small distance back up. Small-data benchmark: softplus -0.2 AP, exp
-    # -0.7 against relu, which never died there with the centerness-weighted loss.
+    # "exp". A ReLU whose inputs all turn negative stops learning for good; softplus and
+    # exp keep a gradient that pulls a too-small distance back up (docs/small_data.md).
     _C.REG_ACTIVATION = ""
-    # A learnable scale per level on the box regression (official; detectron2 drops it;
-    # no measurable difference on the small-data benchmark).
+    # A learnable scale per level on the box regression (official; detectron2 drops it).
     _C.USE_SCALE = True
 
-    # Loss normalisers. "num_pos" (official): the classification and centerness losses are
+    # Loss normalizers. "num_pos" (official): the classification and centerness losses are
     # divided by this batch's positives (mean over workers), the box loss by the sum of its
     # weights. "ema": the same quantities, smoothed by an exponential moving average (as
-    # detectron2's FCOS and RetinaNet do), which steadies small batches with few objects
-    # (4 images of the small-data benchmark hold 33 to 148 positives).
+    # detectron2's FCOS and RetinaNet do), which steadies small batches with few objects.
     _C.LOSS_NORMALIZER = "num_pos"
     # "ema" only: the starting value (the EMA of the positives; the weight sum starts at the
     # same value times the mean weight of the first batch) and the momentum.
     _C.LOSS_NORMALIZER_EMA_INIT = 300.0
     _C.LOSS_NORMALIZER_EMA_MOMENTUM = 0.9
     # Weights of the box loss per positive: "centerness" (official: the centerness target,
-    # normalised by their sum) or "none" (every positive counts once, as in detectron2).
-    # With "none" and a ReLU regression, a small-data run from scratch can die (README).
+    # normalized by their sum) or "none" (every positive counts once, as in detectron2).
+    # With "none" and a ReLU regression, a small-data run from scratch can die
+    # (docs/small_data.md).
     _C.LOC_LOSS_WEIGHTING = "centerness"
     # Smoothing s of the IoU in the box loss, (intersection + s) / (union + s), in the
     # regression's units (strides when NORM_REG_TARGETS). The official 1.0 is large next
     # to small boxes measured in strides (a 10-px box at stride 8 has area 1.6); 0 computes
-    # the exact IoU, as detectron2 and torchvision do. No measurable difference on the
-    # small-data benchmark.
+    # the exact IoU, as detectron2 and torchvision do.
     _C.IOU_LOSS_SMOOTH = 1.0
 
     # Inference.
     # Candidates: a score above INFERENCE_TH_TEST, where the score is the class probability
     # ("probability", official, threshold 0.05) or the final score sqrt(probability *
-    # centerness) ("final_score", as detectron2 and torchvision, threshold 0.2 there). With
-    # at most TEST.DETECTIONS_PER_IMAGE kept, the two moved the small-data AP by < 0.1.
+    # centerness) ("final_score", as detectron2 and torchvision, threshold 0.2 there).
     _C.INFERENCE_TH_ON = "probability"
     _C.INFERENCE_TH_TEST = 0.05
     # Per level, keep at most this many (location, class) candidates before NMS.
@@ -194,27 +206,26 @@ def add_fcos_config(cfg: CN) -> None:
     _C.INFERENCE_DTYPE = "float32"
     # Where bf16 may run on a CPU, for SOLVER.AMP.ENABLED (training) and INFERENCE_DTYPE
     # "bfloat16": "auto" uses bf16 only on CPUs that compute it natively (AVX512-BF16 or AMX
-    # on x86, BF16 on ARM) and float32 elsewhere, saying so in one log line (emulated bf16
-    # trained the quickstart about 10x slower than float32 on an AVX2-only CPU); "always"
-    # uses bf16 on any CPU. GPUs are not affected.
+    # on x86, BF16 on ARM) and float32 elsewhere, where bf16 is emulated and far slower,
+    # saying so in one log line (docs/speed.md); "always" uses bf16 on any CPU. GPUs are
+    # not affected.
     _C.CPU_BF16 = "auto"
 
     # Layout. Keep conv weights and the input batch in channels_last (NHWC), the layout
     # oneDNN's CPU convolutions and tensor-core GPU convolutions run fastest in; results are
-    # the same up to float rounding. On the 2-core CPU of the quickstart: 0.89x the time of
-    # a training iteration in fp32 (measured side by side).
+    # the same up to float rounding (docs/speed.md).
     _C.CHANNELS_LAST = False
     # Train with the backbone and head compiled by torch.compile (inductor; a C++ compiler
     # on the CPU, triton on a GPU), in place: checkpoints and evaluation are unchanged
     # (fcos_d2/engine/compile.py). The first iteration compiles (minutes for an R-50 on a
-    # CPU). Measured: README "Speed", python -m benchmarks.speed --rows compile.
+    # CPU; docs/speed.md, python -m benchmarks.speed --rows compile).
     _C.COMPILE = False
-    # FAST_INFERENCE: folded BN, channels_last at inference (imported here: fcos_d2.modeling
-    # imports this module)
-    from .modeling.fast_inference import add_fast_inference_config
-    add_fast_inference_config(_C)
-    from .modeling.training_options import add_training_options_config
-    add_training_options_config(_C)  # ASSIGNER, ATSS_TOPK, CLS_LOSS (ATSS, quality focal)
+    # Inference (the model in eval mode, evaluation, TTA, Predictor, demo, ONNX export)
+    # runs a copy of the model with frozen BN and eval-mode BN folded into the convolutions
+    # and channels_last memory, the same outputs within 1e-4, rebuilt when the weights
+    # change (fcos_d2/modeling/fast_inference.py). False runs the model as trained.
+    # Checkpoints always hold the unfolded weights.
+    _C.FAST_INFERENCE = True
 
 
 def add_solver_config(cfg: CN) -> None:
@@ -282,11 +293,3 @@ def add_checkpoint_config(cfg: CN) -> None:
         # download with another hash is deleted.
         cfg.MODEL.WEIGHTS_SHA256 = ""
 
-
-def checked_weights_sha256(cfg: CN) -> str:
-    """MODEL.WEIGHTS_SHA256 in lower case, or raises ValueError naming the key."""
-    value = cfg.MODEL.WEIGHTS_SHA256
-    if value and not re.fullmatch(r"[0-9a-fA-F]{6,64}", value):
-        raise ValueError(f"MODEL.WEIGHTS_SHA256: '{value}' is not a sha256 (6 to 64 hex "
-                         f"digits of it); use '' to check nothing")
-    return value.lower()

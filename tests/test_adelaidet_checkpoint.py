@@ -156,7 +156,7 @@ def test_missing_keys_are_an_error_that_lists_them(fcos_r50):
         check_matches_model(converted, fcos_r50)
 
 
-def test_pixel_normalisation_stored_by_old_detectron2_is_returned_not_converted():
+def test_pixel_normalization_stored_by_old_detectron2_is_returned_not_converted():
     source = adelaidet_fcos_state_dict()
     source["pixel_mean"] = torch.tensor([103.53, 116.28, 123.675]).view(3, 1, 1)
     converted, pixels = convert_adelaidet_state_dict(source)
@@ -279,13 +279,13 @@ def test_converter_cli_writes_weights_and_config_that_detectron2_loads(tmp_path,
     assert all(torch.equal(loaded[k], written[k]) for k in loaded)
 
 
-def test_converter_warns_when_the_config_normalises_input_unlike_adelaidet():
+def test_converter_warns_when_the_config_normalizes_input_unlike_adelaidet():
     pixel_warnings = runpy.run_path(str(REPO / "tools" / "convert_adelaidet_fcos.py"))[
         "pixel_warnings"]
     cfg = fcos_r50_cfg()  # the official FCOS mean, not detectron2's that AdelaiDet keeps
     no_pixels = {"pixel_mean": None, "pixel_std": None}
     assert pixel_warnings(cfg, no_pixels) == [
-        "MODEL.PIXEL_MEAN: AdelaiDet's default config normalises with [103.53, 116.28, 123.675],"
+        "MODEL.PIXEL_MEAN: AdelaiDet's default config normalizes with [103.53, 116.28, 123.675],"
         " the config with [102.9801, 115.9465, 122.7717]; evaluate with MODEL.PIXEL_MEAN "
         "'[103.53, 116.28, 123.675]'"]
     cfg.MODEL.PIXEL_MEAN = [103.53, 116.28, 123.675]

@@ -12,9 +12,10 @@ from detectron2.modeling import build_model
 from detectron2.structures import Boxes, Instances
 
 from fcos_d2 import add_fcos_config
-from fcos_d2.engine import amp
-from fcos_d2.engine.amp import CPUAMPTrainer, cpu_has_native_bf16, resolve_cpu_bf16
+from fcos_d2 import precision as bf16_policy
+from fcos_d2.engine.amp import CPUAMPTrainer
 from fcos_d2.engine.trainer import Trainer
+from fcos_d2.precision import cpu_has_native_bf16, resolve_cpu_bf16
 from tiny_training import register_two_images
 
 REPO = Path(__file__).resolve().parents[1]
@@ -30,12 +31,13 @@ NO_PROBE = {"torch": lambda: None, "sysctl": lambda: None}
 def test_native_bf16_is_read_from_x86_flags_and_arm_features(tmp_path, text, native):
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text(text)
-    probes = {**NO_PROBE, "cpuinfo": lambda: amp._from_cpuinfo(str(cpuinfo))}
+    probes = {**NO_PROBE, "cpuinfo": lambda: bf16_policy._from_cpuinfo(str(cpuinfo))}
     assert cpu_has_native_bf16(probes=probes) is native
 
 
 def test_the_cpuid_probe_counts_where_the_kernel_flags_say_nothing(tmp_path):
-    probes = {"torch": lambda: True, "cpuinfo": lambda: amp._from_cpuinfo(str(tmp_path / "no")),
+    missing = str(tmp_path / "no")
+    probes = {"torch": lambda: True, "cpuinfo": lambda: bf16_policy._from_cpuinfo(missing),
               "sysctl": lambda: None}
     assert cpu_has_native_bf16(probes=probes) is True
     assert cpu_has_native_bf16(probes={**probes, "torch": lambda: False}) is False
@@ -43,7 +45,7 @@ def test_the_cpuid_probe_counts_where_the_kernel_flags_say_nothing(tmp_path):
 
 
 def test_torch_probe_agrees_with_this_machines_cpuinfo_where_both_tell():
-    report = amp.cpu_bf16_report()
+    report = bf16_policy.cpu_bf16_report()
     if report["torch"] is None or report["cpuinfo"] is None:
         pytest.skip(f"one source cannot tell on this machine: {report}")
     assert report["torch"] == report["cpuinfo"]
@@ -94,8 +96,8 @@ def _detections(cfg):
 
 @pytest.fixture
 def cpu_without_bf16(monkeypatch):
-    monkeypatch.setattr(amp, "_native_here", lambda: False)
-    amp._log_once.cache_clear()
+    monkeypatch.setattr(bf16_policy, "_native_here", lambda: False)
+    bf16_policy._log_once.cache_clear()
 
 
 def test_bf16_inference_runs_float32_on_a_cpu_without_native_bf16(cpu_without_bf16, caplog):

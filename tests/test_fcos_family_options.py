@@ -34,7 +34,7 @@ def test_anchor_of_a_location_is_a_square_of_eight_strides_around_it():
 
 
 def test_atss_threshold_is_mean_plus_std_of_the_candidates_ious():
-    # box [0, 0, 9, 8], centre (4.5, 4); with 8 x 8 anchors (anchor_scale 1) its 3 nearest
+    # box [0, 0, 9, 8], center (4.5, 4); with 8 x 8 anchors (anchor_scale 1) its 3 nearest
     # locations are (4, 4), (12, 4), (4, 12), whose anchors overlap it by 64/72, 8/128 and 0.
     ious = torch.tensor([64 / 72, 8 / 128, 0.0])
     threshold = ious.mean() + ious.std()  # 0.3171 + 0.4961 = 0.8133: only (4, 4) passes

@@ -53,8 +53,8 @@ def batch():
 
 # ------------------------------------------------------------------ label map
 
-def test_label_map_is_one_minus_the_normalised_distance_cut_below_half():
-    # a 4 x 4 box centred on (2, 2): 1 at the centre, 0.75 one pixel diagonally away,
+def test_label_map_is_one_minus_the_normalized_distance_cut_below_half():
+    # a 4 x 4 box centered on (2, 2): 1 at the center, 0.75 one pixel diagonally away,
     # 0.5 on the border (kept), 0.25 one pixel outside (cut)
     out = label_map(torch.tensor([[0.0, 0.0, 4.0, 4.0]]), torch.tensor([1]), num_classes=2,
                     height=6, width=6)
@@ -69,8 +69,8 @@ def test_overlapping_boxes_of_a_class_take_the_maximum_and_classes_keep_their_ch
     boxes = torch.tensor([[0.0, 0.0, 4.0, 4.0], [2.0, 2.0, 6.0, 6.0], [0.0, 4.0, 2.0, 6.0]])
     out = label_map(boxes, torch.tensor([0, 0, 1]), num_classes=2, height=6, width=6)
     assert out[0, 3, 3] == 0.75  # 0.75 from both boxes
-    assert out[0, 4, 4] == 1.0  # the second box's centre; the first gives 0.5 there
-    assert out[0, 2, 2] == 1.0  # the first box's centre; the second gives 0.5 there
+    assert out[0, 4, 4] == 1.0  # the second box's center; the first gives 0.5 there
+    assert out[0, 2, 2] == 1.0  # the first box's center; the second gives 0.5 there
     assert out[1, 5, 1] == 1.0 and out[1, 5, 0] == 0.5
     assert out[1, 1, 1] == 0  # the class-0 boxes are not in channel 1
 

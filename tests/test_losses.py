@@ -133,22 +133,22 @@ def test_centerness_weighted_box_loss_divides_by_the_weight_sum():
     assert losses["loss_fcos_loc"].item() == pytest.approx(0.5 * ctr0 / (ctr0 + 1.0))
 
 
-def test_ema_normaliser_starts_at_its_initial_value_and_moves_by_the_momentum():
-    from fcos_d2.modeling.losses import EMANormaliser
+def test_ema_normalizer_starts_at_its_initial_value_and_moves_by_the_momentum():
+    from fcos_d2.modeling.losses import EMANormalizer
 
-    ema = EMANormaliser(initial=100.0, momentum=0.9)
+    ema = EMANormalizer(initial=100.0, momentum=0.9)
     # first batch: 10 positives of mean weight 0.5 -> weight sum starts at 100 * 0.5
     assert ema(10.0, 5.0) == pytest.approx((0.9 * 100 + 1.0, 0.9 * 50 + 0.5))
     assert ema(10.0, 5.0) == pytest.approx((0.9 * 91 + 1.0, 0.9 * 45.5 + 0.5))
 
 
-def test_ema_normaliser_divides_all_three_losses_by_the_smoothed_values():
-    from fcos_d2.modeling.losses import EMANormaliser
+def test_ema_normalizer_divides_all_three_losses_by_the_smoothed_values():
+    from fcos_d2.modeling.losses import EMANormalizer
 
     logits = torch.randn(1, 4, K)
     plain = _two_positive_losses(logits, loc_weighting="none")  # divides by 2 positives
     smoothed = _two_positive_losses(logits, loc_weighting="none",
-                                    normaliser=EMANormaliser(initial=20.0, momentum=0.9))
+                                    normalizer=EMANormalizer(initial=20.0, momentum=0.9))
     divisor = 0.9 * 20 + 0.1 * 2  # 18.2, for the positives and (weights 1) the weight sum
     for key in plain:
         assert smoothed[key].item() == pytest.approx(plain[key].item() * 2 / divisor, rel=1e-6)

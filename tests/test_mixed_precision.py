@@ -108,7 +108,7 @@ def test_losses_under_bf16_autocast_are_float32_and_equal_the_fp32_losses():
 def test_bf16_autocast_training_on_1px_boxes_gives_finite_losses_and_gradients():
     torch.manual_seed(0)
     model = build_model(_tiny_cfg()).train()
-    # 1x1-px boxes around locations of P3 (centres at 4 + 8k): each is a positive whose
+    # 1x1-px boxes around locations of P3 (centers at 4 + 8k): each is a positive whose
     # (l, t, r, b) is 0.5 px = 0.0625 strides.
     boxes = [[[11.5, 11.5, 12.5, 12.5], [35.5, 19.5, 36.5, 20.5]],
              [[3.5, 3.5, 4.5, 4.5], [59.5, 59.5, 60.5, 60.5]]]

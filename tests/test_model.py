@@ -153,11 +153,11 @@ def test_invalid_small_data_options_are_rejected_with_the_key_named(key, value):
         build_model(_tiny(_cfg(**{key: value})))
 
 
-def test_ema_normaliser_option_smooths_the_losses_over_iterations():
+def test_ema_normalizer_option_smooths_the_losses_over_iterations():
     model = build_model(_tiny(_cfg(LOSS_NORMALIZER="ema", LOSS_NORMALIZER_EMA_INIT=50.0)))
     model.train()
     model(_inputs([[[10, 10, 60, 50]], [[0, 0, 20, 20]]]))
-    positives, _ = model.loss_normaliser.values
+    positives, _ = model.loss_normalizer.values
     assert 0.9 * 50 < positives < 50  # moved a tenth of the way to the batch's positives
 
 
@@ -214,10 +214,10 @@ def test_small_data_recipe_trained_from_scratch_keeps_regressing_boxes():
     held_out = _synthetic_batch(range(1000, 1004))
 
     def held_out_box_loss():  # divided by the batch's own positives, not the moving average
-        normaliser, model.loss_normaliser = model.loss_normaliser, None
+        normalizer, model.loss_normalizer = model.loss_normalizer, None
         with torch.no_grad():
             loss = model(held_out)["loss_fcos_loc"].item()
-        model.loss_normaliser = normaliser
+        model.loss_normalizer = normalizer
         return loss
 
     before = held_out_box_loss()

@@ -4,7 +4,7 @@ spawned CPU workers form one gloo group whose models DefaultTrainer's wrapping m
 Two CPU workers (fcos_d2.engine.launch, gloo) with one image each, their gradients averaged by
 DistributedDataParallel as DefaultTrainer does, must give the gradients of one process
 with both images. The images have different numbers of objects, so this holds only if the
-loss normalisers (number of positives, sum of centerness targets) are reduced across the
+loss normalizers (number of positives, sum of centerness targets) are reduced across the
 workers. The head uses GroupNorm and the backbone FrozenBN, so no statistics depend on
 how the batch is split.
 """
@@ -88,7 +88,7 @@ def test_two_workers_with_one_image_each_match_one_process_with_both(tmp_path):
     got = torch.load(tmp_path / "workers.pth")
     assert got["seen"] == expected_reports(2)  # one gloo group; DDP-wrapped on the CPU
 
-    # Each worker's loss is its image's share over the job's average normaliser.
+    # Each worker's loss is its image's share over the job's average normalizer.
     for key, expected in expected_losses.items():
         mean = sum(w[key] for w in got["losses"]) / 2
         assert abs(mean - expected) <= 1e-5 * abs(expected), (key, mean, expected)

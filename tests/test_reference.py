@@ -12,7 +12,7 @@ import torch
 from fcos_d2.modeling.assignment import assign_targets, compute_locations
 from fcos_d2.checkpoint import check_matches_model, convert_official_state_dict
 from fcos_d2.modeling.losses import fcos_losses
-from fcos_d2.modeling.meta_arch import _flatten_levels
+from fcos_d2.modeling.meta_arch import flatten_levels
 from detectron2.modeling import build_model
 
 from reference_case import case_dirs, config_for_case, reference_dir
@@ -81,8 +81,8 @@ def test_losses_from_official_head_outputs_equal_official(case):
     v, model = case.vectors, case.model
     _, labels, reg_targets = _official_targets(case)
     losses = fcos_losses(
-        logits=_flatten_levels(v["head_cls_logits"]), reg_pred=_flatten_levels(v["head_bbox_reg"]),
-        ctr_logits=_flatten_levels(v["head_centerness"])[..., 0], labels=labels,
+        logits=flatten_levels(v["head_cls_logits"]), reg_pred=flatten_levels(v["head_bbox_reg"]),
+        ctr_logits=flatten_levels(v["head_centerness"])[..., 0], labels=labels,
         reg_targets=reg_targets, num_classes=model.num_classes,
         focal_alpha=model.focal_loss_alpha, focal_gamma=model.focal_loss_gamma,
         loc_loss_type=model.loc_loss_type)

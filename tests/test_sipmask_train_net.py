@@ -20,7 +20,7 @@ from detectron2.utils.events import EventStorage
 from fcos_d2 import add_fcos_config
 from fcos_d2.data import synthetic
 from fcos_d2.modeling.assignment import compute_locations
-from fcos_d2.modeling.meta_arch import _flatten_levels
+from fcos_d2.modeling.meta_arch import flatten_levels
 from fcos_d2.modeling.sipmask.loss import sipmask_mask_loss
 from training_processes import REPO
 
@@ -102,7 +102,7 @@ def mask_loss_on_true_boxes(checkpoint: Path) -> float:
                                   for x, m in zip(instances, matched)])  # (N, R, 4)
         # Equal class logits: every weight (score x IoU 1, scaled to mean 1) is 1.
         return sipmask_mask_loss(
-            basis=basis, coefficients=_flatten_levels(coefficients), pred_boxes=true_boxes,
+            basis=basis, coefficients=flatten_levels(coefficients), pred_boxes=true_boxes,
             logits=torch.zeros(*labels.shape, model.num_classes), labels=labels,
             matched=matched, instances=instances, num_classes=model.num_classes).item()
 

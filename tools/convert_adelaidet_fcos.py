@@ -44,7 +44,7 @@ def fcos_d2_config(args):
 
 
 def pixel_warnings(cfg, pixels) -> list:
-    """Where the checkpoint's (or AdelaiDet's default) input normalisation differs from cfg."""
+    """Where the checkpoint's (or AdelaiDet's default) input normalization differs from cfg."""
     expected = {"pixel_mean": pixels["pixel_mean"] or DETECTRON2_PIXEL_MEAN,
                 "pixel_std": pixels["pixel_std"]}
     warnings = []
@@ -52,7 +52,7 @@ def pixel_warnings(cfg, pixels) -> list:
         ours = list(cfg.MODEL[key.upper()])
         if values is not None and any(abs(a - b) > 1e-3 for a, b in zip(values, ours)):
             source = "the checkpoint" if pixels[key] else "AdelaiDet's default config"
-            warnings.append(f"MODEL.{key.upper()}: {source} normalises with {values}, the config "
+            warnings.append(f"MODEL.{key.upper()}: {source} normalizes with {values}, the config "
                             f"with {ours}; evaluate with MODEL.{key.upper()} '{values}'")
     return warnings
 

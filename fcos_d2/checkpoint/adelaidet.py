@@ -78,7 +78,7 @@ def convert_adelaidet_state_dict(
 
     Returns:
         (the converted state dict, {"pixel_mean": [...] or None, "pixel_std": ...}): the
-        normalisation the checkpoint was trained with, where it stores one (detectron2
+        normalization the checkpoint was trained with, where it stores one (detectron2
         before v0.3 saved it), to compare with MODEL.PIXEL_MEAN / PIXEL_STD.
 
     Raises:

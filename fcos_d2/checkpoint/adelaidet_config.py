@@ -123,18 +123,18 @@ def _translate_architecture(o: Dict[str, Any], ours: Dict[str, Any]) -> List[str
 
 def _translate_training_and_inference(o: Dict[str, Any], ours: Dict[str, Any],
                                       errors: List[str]) -> List[str]:
-    """Loss normaliser and weights, thresholds, flags: sets ``ours``, appends to ``errors``;
+    """Loss normalizer and weights, thresholds, flags: sets ``ours``, appends to ``errors``;
     returns the warnings."""
     warnings = []
-    normalisers = {"fg": "num_pos", "moving_fg": "ema"}
-    if o["LOSS_NORMALIZER_CLS"] not in normalisers:
-        errors.append(f"LOSS_NORMALIZER_CLS {o['LOSS_NORMALIZER_CLS']!r}: fcos-d2 normalises "
+    normalizers = {"fg": "num_pos", "moving_fg": "ema"}
+    if o["LOSS_NORMALIZER_CLS"] not in normalizers:
+        errors.append(f"LOSS_NORMALIZER_CLS {o['LOSS_NORMALIZER_CLS']!r}: fcos-d2 normalizes "
                       "by the positives only ('fg' or 'moving_fg')")
-    ours["LOSS_NORMALIZER"] = normalisers.get(o["LOSS_NORMALIZER_CLS"], "num_pos")
+    ours["LOSS_NORMALIZER"] = normalizers.get(o["LOSS_NORMALIZER_CLS"], "num_pos")
     if ours["LOSS_NORMALIZER"] == "ema":
         ours.update(LOSS_NORMALIZER_EMA_INIT=100.0, LOSS_NORMALIZER_EMA_MOMENTUM=0.9)
         warnings.append("LOSS_NORMALIZER_CLS 'moving_fg' -> LOSS_NORMALIZER 'ema', which also "
-                        "smooths the box and centerness normalisers")
+                        "smooths the box and centerness normalizers")
     if o["LOSS_WEIGHT_CLS"] != 1.0:
         errors.append(f"LOSS_WEIGHT_CLS {o['LOSS_WEIGHT_CLS']}: fcos-d2 has no loss weights")
     if o["THRESH_WITH_CTR"]:  # AdelaiDet: p * ctr > t; fcos-d2: sqrt(p * ctr) > t'

@@ -30,10 +30,9 @@ import torch
 from detectron2.checkpoint import DetectionCheckpointer
 from detectron2.config import CfgNode
 
-from ..config import checked_weights_sha256
 from .atomic import atomic_write
 from .disk_space import CheckpointWriteError, describe_failed_save, os_error_in, tensor_bytes
-from .download import check_sha256, download_weights, is_url
+from .download import check_sha256, checked_weights_sha256, download_weights, is_url
 from .layouts import convert_foreign_checkpoint
 from .safe_load import (CheckpointReadError, detectron_pickle_to_checkpoint, load_pickle_file,
                         load_torch_file, pycls_to_checkpoint, stored_iteration)
@@ -94,7 +93,7 @@ class FCOSCheckpointer(DetectionCheckpointer):
     def from_config(cls, cfg: CfgNode, model: torch.nn.Module, save_dir: str = "", *,
                     reinit_mismatched: bool = False, **checkpointables: Any):
         """Reads MODEL.WEIGHTS_ALLOW_PICKLE and MODEL.WEIGHTS_SHA256 (see config.py)."""
-        sha256 = checked_weights_sha256(cfg)
+        sha256 = checked_weights_sha256(cfg.MODEL.WEIGHTS_SHA256)
         return cls(model, save_dir, allow_pickle=cfg.MODEL.WEIGHTS_ALLOW_PICKLE,
                    reinit_mismatched=reinit_mismatched,
                    sha256={cfg.MODEL.WEIGHTS: sha256} if sha256 else None, **checkpointables)

@@ -27,7 +27,7 @@ from detectron2.utils.file_io import Detectron2Handler
 from iopath.common.file_io import file_lock
 from tqdm import tqdm
 
-from .. import model_zoo
+from . import published
 from .atomic import atomic_write
 
 logger = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ def weights_cache_dir() -> str:
 
 def is_url(path: str) -> bool:
     """Whether ``path`` is downloaded here: http(s)://, detectron2:// or fcos-d2://."""
-    return path.startswith(("http://", "https://", Detectron2Handler.PREFIX, model_zoo.PREFIX))
+    return path.startswith(("http://", "https://", Detectron2Handler.PREFIX, published.PREFIX))
 
 
 def resolve_url(url: str) -> str:
@@ -58,15 +58,23 @@ def resolve_url(url: str) -> str:
     address; KeyError for a name fcos-d2's model zoo does not have)."""
     if url.startswith(Detectron2Handler.PREFIX):
         return Detectron2Handler.S3_DETECTRON2_PREFIX + url[len(Detectron2Handler.PREFIX):]
-    if url.startswith(model_zoo.PREFIX):
-        return model_zoo.get_checkpoint_url(url)
+    if url.startswith(published.PREFIX):
+        return published.get_checkpoint_url(url)
     return url
+
+
+def checked_weights_sha256(value: str) -> str:
+    """``value`` of MODEL.WEIGHTS_SHA256 in lower case, or raises ValueError naming the key."""
+    if value and not re.fullmatch(r"[0-9a-fA-F]{6,64}", value):
+        raise ValueError(f"MODEL.WEIGHTS_SHA256: '{value}' is not a sha256 (6 to 64 hex "
+                         f"digits of it); use '' to check nothing")
+    return value.lower()
 
 
 def known_sha256(url: str, target: str) -> str:
     """The sha256 (prefix) ``url`` is known by: the model zoo's, else the one in its
     file name, else the one recorded at its first download; "" if none."""
-    zoo = model_zoo.get_checkpoint_sha256(url) if url.startswith(model_zoo.PREFIX) else ""
+    zoo = published.get_checkpoint_sha256(url) if url.startswith(published.PREFIX) else ""
     recorded = _read_record(target)
     return zoo or hash_prefix_in_name(os.path.basename(target)) or recorded
 

@@ -145,7 +145,7 @@ def _fill_bookkeeping(converted: Dict[str, torch.Tensor], model: torch.nn.Module
 
 
 def _pixel_notes(pixels: Dict[str, Optional[List[float]]], model: torch.nn.Module) -> List[str]:
-    """Warnings where the checkpoint stores an input normalisation the model does not use."""
+    """Warnings where the checkpoint stores an input normalization the model does not use."""
     notes = []
     for key, values in pixels.items():
         ours = getattr(model, key, None)
@@ -153,7 +153,7 @@ def _pixel_notes(pixels: Dict[str, Optional[List[float]]], model: torch.nn.Modul
             continue
         ours = ours.flatten().tolist()
         if any(abs(a - b) > 1e-3 for a, b in zip(values, ours)):
-            notes.append(f"WARNING: the checkpoint normalises input with {key} {values}, the "
+            notes.append(f"WARNING: the checkpoint normalizes input with {key} {values}, the "
                          f"config with {ours}: evaluate with MODEL.{key.upper()} '{values}'")
     return notes
 

@@ -191,7 +191,7 @@ def _noise(rng: np.random.Generator, *, sigma: float, channels: int) -> np.ndarr
     return rng.standard_normal(shape, dtype=np.float32) * np.float32(sigma)
 
 
-def _pick_color(rng: np.random.Generator, canvas: np.ndarray, mask: np.ndarray) -> np.ndarray:
+def pick_color(rng: np.random.Generator, canvas: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """Picks a palette colour that stands out from the pixels it will cover."""
     under = canvas[mask]  # (n, 3)
     under = under[:: max(1, len(under) // 512)]  # a sample is enough to judge contrast
@@ -223,7 +223,7 @@ def _add_object(rng: np.random.Generator, canvas: np.ndarray, objects: List[Scen
         new = SceneObject(class_index, (0, 0, 0), int(mask.sum()), mask)
         covered = [obj.visible_mask & ~mask for obj in objects]
         if all(map(_keeps_visible, objects + [new], covered + [mask])):
-            color = _pick_color(rng, canvas, mask)
+            color = pick_color(rng, canvas, mask)
             canvas[mask] = color
             new = replace(new, color=tuple(int(c) for c in color))
             return [replace(o, visible_mask=v) for o, v in zip(objects, covered)] + [new]
@@ -311,7 +311,7 @@ def ensure_synthetic_shapes(split: str, *, root: Optional[Path] = None,
     if (split_dir / ANNOTATIONS_FILE).is_file():
         return split_dir
     root.mkdir(parents=True, exist_ok=True)
-    with _exclusive_lock(root / f".{split_dir.name}.lock") as locked:
+    with exclusive_lock(root / f".{split_dir.name}.lock") as locked:
         if (split_dir / ANNOTATIONS_FILE).is_file():  # another process made it meanwhile
             return split_dir
         if locked:  # no one else is writing: temporary folders left are from killed runs
@@ -339,7 +339,7 @@ def _write_atomically(split_dir: Path, *, split: str, num_images: int, masks: bo
 
 
 @contextlib.contextmanager
-def _exclusive_lock(path: Path) -> Iterator[bool]:
+def exclusive_lock(path: Path) -> Iterator[bool]:
     """Holds an exclusive lock on `path` (released if the process dies); yields whether it
     could be taken, which is False only where ``fcntl`` does not exist."""
     if fcntl is None:  # pragma: no cover

@@ -36,8 +36,8 @@ from PIL import Image, ImageDraw
 from detectron2.data import DatasetCatalog, MetadataCatalog
 from detectron2.data.datasets import load_coco_json
 
-from .synthetic import (ANNOTATIONS_FILE, CACHE_ENV, IMAGES_FOLDER, _exclusive_lock,
-                        _pick_color, tight_box)
+from .synthetic import (ANNOTATIONS_FILE, CACHE_ENV, IMAGES_FOLDER, exclusive_lock,
+                        pick_color, tight_box)
 
 CACHE_FOLDER = "synthetic_thin_v1"  # bump the version whenever the output changes
 DATASET_SPLITS: Dict[str, str] = {"synthetic_thin_train": "train", "synthetic_thin_val": "val"}
@@ -171,7 +171,7 @@ def _add_object(rng: np.random.Generator, canvas: np.ndarray, objects: List[Thin
         covered = [obj.visible & ~mask for obj in objects]
         if all(_keeps_visible(o.full_area, v) for o, v in zip(objects, covered)) \
                 and _keeps_visible(int(mask.sum()), mask):
-            canvas[mask] = _pick_color(rng, canvas, mask)
+            canvas[mask] = pick_color(rng, canvas, mask)
             return [o._replace(visible=v) for o, v in zip(objects, covered)] \
                 + [ThinObject(class_index, int(mask.sum()), mask)]
     return objects
@@ -237,7 +237,7 @@ def ensure_synthetic_thin(split: str, *, root: Optional[Path] = None,
     if (split_dir / ANNOTATIONS_FILE).is_file():
         return split_dir
     root.mkdir(parents=True, exist_ok=True)
-    with _exclusive_lock(root / f".{split_dir.name}.lock"):
+    with exclusive_lock(root / f".{split_dir.name}.lock"):
         if (split_dir / ANNOTATIONS_FILE).is_file():  # another process made it meanwhile
             return split_dir
         temporary = root / f".{split_dir.name}.tmp-{os.getpid()}-{uuid.uuid4().hex}"

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from ..modeling.assignment import compute_locations
-from ..modeling.meta_arch import FCOS, _flatten_levels
+from ..modeling.meta_arch import FCOS, flatten_levels
 from ..modeling.postprocess import decode_boxes
 
 
@@ -40,18 +40,18 @@ class FCOSDenseOutputs(nn.Module):
     def forward(self, images: Tensor) -> Tuple[Tensor, Tensor]:
         model = self.model
         logits, regression, centerness = model.forward_head(
-            _Padded((images - model.pixel_mean) / model.pixel_std))
+            PaddedImages((images - model.pixel_mean) / model.pixel_std))
         locations = torch.cat(compute_locations([x.shape[-2:] for x in logits], model.strides,
                                                 images.device))  # (R, 2)
         logits, regression, centerness = map(
-            _flatten_levels, (logits, model.regression_in_pixels(regression), centerness))
+            flatten_levels, (logits, model.regression_in_pixels(regression), centerness))
         boxes = decode_boxes(locations.expand(len(images), -1, -1).reshape(-1, 2),
                              regression.reshape(-1, 4)).reshape(len(images), -1, 4)
         scores = torch.sqrt(logits.sigmoid() * centerness.sigmoid())  # (N, R, K)
         return boxes, scores
 
 
-class _Padded:
+class PaddedImages:
     """The part of ImageList that ``FCOS.forward_head`` reads: an already padded batch."""
 
     def __init__(self, tensor: Tensor):

@@ -12,7 +12,8 @@ from torch import Tensor
 
 from ..modeling.meta_arch import FCOS
 from . import matching
-from .onnx_graph import INPUT_NAMES, OUTPUT_NAMES, FCOSDetectorGraph, split_by_image
+from .onnx_graph import (INPUT_NAMES, ITERATION_KEY, OUTPUT_NAMES, FCOSDetectorGraph,
+                         split_by_image)
 
 INPUT_DTYPES = {"float32": torch.float32, "uint8": torch.uint8}
 # Tolerances of the agreement check (and of the tests): scores, box coordinates in pixels.
@@ -62,8 +63,6 @@ def export_onnx(model: FCOS, path: str, *, opset: int = 17, input_dtype: str = "
                           opset_version=opset, dynamic_axes=dynamic_axes, dynamo=False)
     if iterations is not None:
         import onnx
-
-        from .runtime import ITERATION_KEY
 
         graph_file = onnx.load(path)
         onnx.helper.set_model_props(graph_file, {ITERATION_KEY: str(iterations)})

@@ -37,12 +37,15 @@ from torch.nn import functional as F
 from torchvision.ops import nms
 
 from ..modeling.assignment import compute_locations
-from ..modeling.meta_arch import FCOS, _flatten_levels
+from ..modeling.meta_arch import FCOS, flatten_levels
 from ..modeling.postprocess import candidate_scores, decode_boxes
-from .dense import _Padded
+from .dense import PaddedImages
 
 INPUT_NAMES = ["images", "image_sizes"]
 OUTPUT_NAMES = ["boxes", "scores", "classes", "batch_index"]
+# Metadata key of the exported ONNX file: the training iterations of the exported weights
+# (written by ``files.export_onnx``, read by ``runtime.ONNXRuntimeDetector``).
+ITERATION_KEY = "fcos_d2.iterations_trained"
 
 
 class FCOSDetectorGraph(nn.Module):
@@ -57,7 +60,7 @@ class FCOSDetectorGraph(nn.Module):
                 image_sizes: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
         model = self.model
         logits, regression, centerness = model.forward_head(
-            _Padded(self.normalize(images, image_sizes)))
+            PaddedImages(self.normalize(images, image_sizes)))
         locations = compute_locations([x.shape[-2:] for x in logits], model.strides,
                                       images.device)
         per_level = [self.level_candidates(*level) for level in zip(
@@ -96,7 +99,7 @@ class FCOSDetectorGraph(nn.Module):
             valid (N, T) bool.
         """
         model, slots = self.model, self.model.topk_candidates
-        logits, ltrb, ctr_logits = (_flatten_levels([x]) for x in (logits, ltrb, ctr_logits))
+        logits, ltrb, ctr_logits = (flatten_levels([x]) for x in (logits, ltrb, ctr_logits))
         num_classes = logits.shape[2]
         scores, candidates = candidate_scores(  # (N, Ri, K) each
             logits, ctr_logits[..., 0], score_thresh=model.score_thresh,

@@ -10,10 +10,7 @@ from detectron2.modeling.postprocessing import detector_postprocess
 from detectron2.structures import Boxes, Instances
 
 from .files import pad_batch
-from .onnx_graph import split_by_image
-
-# Metadata key of the exported ONNX file: the training iterations of the exported weights.
-ITERATION_KEY = "fcos_d2.iterations_trained"
+from .onnx_graph import ITERATION_KEY, split_by_image
 
 
 class ONNXRuntimeDetector:

@@ -5,9 +5,9 @@ Adaptive Training Sample Selection (Zhang et al., CVPR 2020) chooses each object
 positives from statistics of the object itself instead of fixed size ranges:
 
 1. every location gets an anchor box: a square of side ``anchor_scale * stride`` (8
-   strides, as ATSS's one anchor per location) centred on it;
-2. per object and per level, the ``topk`` locations whose centres lie nearest (L2) the
-   object's box centre are its candidates (k * L of them, fewer on small levels);
+   strides, as ATSS's one anchor per location) centered on it;
+2. per object and per level, the ``topk`` locations whose centers lie nearest (L2) the
+   object's box center are its candidates (k * L of them, fewer on small levels);
 3. the object's threshold is the mean plus the standard deviation (unbiased, as
    ``Tensor.std``) of the candidates' anchor IoUs with its box; a candidate is positive
    when its IoU is at least the threshold and the location lies strictly inside the box;
@@ -44,9 +44,9 @@ def pairwise_iou(a: Tensor, b: Tensor) -> Tensor:
 def atss_candidates(points: Tensor, boxes: Tensor, level_sizes: Sequence[int],
                     topk: int) -> Tensor:
     """Per object, the indices of the ``topk`` locations of each level nearest its box
-    centre: (R, 2) points, (M, 4) boxes -> (C, M) indices into R, level by level."""
-    centres = (boxes[:, :2] + boxes[:, 2:]) / 2  # (M, 2)
-    distances = torch.cdist(points, centres)  # (R, M)
+    center: (R, 2) points, (M, 4) boxes -> (C, M) indices into R, level by level."""
+    centers = (boxes[:, :2] + boxes[:, 2:]) / 2  # (M, 2)
+    distances = torch.cdist(points, centers)  # (R, M)
     candidates, start = [], 0
     for size in level_sizes:
         k = min(topk, size)

@@ -6,29 +6,26 @@ of R-50 FCOS (README "Speed").
 
 Every inference entry point uses it (``train_net.py --eval-only`` and the periodic
 evaluation, test-time augmentation, ``Predictor`` and so ``demo/demo.py``, and
-``tools/export_onnx.py``), through :func:`inference_model`. It works on a copy: the model
-being trained keeps its unfolded weights, and every checkpoint holds them. Training is
-unchanged (channels_last there only with ``MODEL.FCOS.CHANNELS_LAST``).
+``tools/export_onnx.py``), through :func:`inference_model`. So does the model itself: an
+``FCOS`` in eval mode runs such a copy, kept by an :class:`InferenceCopy` outside its
+modules (not in its ``state_dict``, parameters or deep copies) and rebuilt whenever its
+weights change (``load_state_dict``, a checkpointer's load, an optimizer step, ``.to()``),
+so that detectron2's ``DefaultPredictor`` and a hand-written ``model.eval()`` loop are as
+fast as our entry points. It works on a copy: the model being trained keeps its unfolded
+weights, and every checkpoint holds them. Training is unchanged (channels_last there only
+with ``MODEL.FCOS.CHANNELS_LAST``).
 """
 import copy
+from typing import Optional, Tuple
 
 import torch
 from detectron2.config import CfgNode as CN
 from torch import nn
-from ..parallel import unwrap_ddp
 
+from ..parallel import unwrap_ddp
 from .fold import fold_batchnorm
 
-__all__ = ["add_fast_inference_config", "inference_model", "fast_inference_enabled"]
-
-
-def add_fast_inference_config(fcos: CN) -> None:
-    """Adds ``MODEL.FCOS.FAST_INFERENCE`` to the ``MODEL.FCOS`` node ``fcos``."""
-    # Inference (evaluation, TTA, Predictor, demo, ONNX export) runs a copy of the model
-    # with frozen BN and eval-mode BN folded into the convolutions and channels_last
-    # memory: same outputs within 1e-4, R-50 fp32 in about 0.75x the time. False runs the
-    # model as trained. Checkpoints always hold the unfolded weights.
-    fcos.FAST_INFERENCE = True
+__all__ = ["InferenceCopy", "inference_model", "fast_inference_enabled", "weights_signature"]
 
 
 def fast_inference_enabled(cfg: CN) -> bool:
@@ -83,4 +80,61 @@ def inference_model(model: nn.Module, enabled: bool = True) -> nn.Module:
     if layout:
         fast.channels_last = True
         fast.to(memory_format=torch.channels_last)
+    if hasattr(fast, "fast_inference"):
+        fast.fast_inference = False  # already folded: it runs itself, it keeps no copy
     return fast
+
+
+def weights_signature(model: nn.Module) -> Tuple[Tuple[int, int, int], ...]:
+    """Per parameter and buffer: (object id, storage address, version counter). Every way
+    weights change moves one of them: in-place writes (``load_state_dict``'s copy,
+    optimizer steps, running statistics) bump the version, ``.to()`` and
+    ``load_state_dict(assign=True)`` put new tensors in place. Writes through ``.data``
+    bypass the version counter: call :meth:`InferenceCopy.clear` after those."""
+    tensors = list(model.parameters()) + list(model.buffers())
+    return tuple((id(t), t.data_ptr(), t._version) for t in tensors)
+
+
+def has_submodule_hooks(model: nn.Module) -> bool:
+    """Whether a submodule of ``model`` has forward (pre-)hooks, which a copy would not run."""
+    return any(m._forward_hooks or m._forward_pre_hooks
+               for m in model.modules() if m is not model)
+
+
+class InferenceCopy:
+    """The folded, channels_last copy an eval-mode model runs (see the module docstring).
+
+    Held as a plain attribute, it is no submodule: the model's ``state_dict``, parameters
+    and ``.to()`` ignore it; deep copies and pickles of the model hold an empty one.
+    """
+
+    def __init__(self):
+        self._copy: Optional[nn.Module] = None
+        self._signature: Optional[tuple] = None
+
+    def __deepcopy__(self, memo) -> "InferenceCopy":
+        return InferenceCopy()
+
+    def __getstate__(self) -> dict:
+        return {}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__()
+
+    def clear(self) -> None:
+        """Drops the copy (freeing its memory); the next :meth:`of` builds a new one."""
+        self._copy, self._signature = None, None
+
+    def of(self, model: nn.Module) -> Optional[nn.Module]:
+        """The copy to run in place of ``model`` (in eval mode), rebuilt if ``model``'s
+        weights changed since it was made; None where ``model`` must run itself: a
+        submodule has forward hooks, or there is nothing to fold and nothing to convert."""
+        if has_submodule_hooks(model):
+            return None
+        signature = weights_signature(model)
+        if signature != self._signature:
+            self.clear()
+            fast = inference_model(model)
+            self._copy = None if fast is model else fast
+            self._signature = signature
+        return self._copy

@@ -34,7 +34,7 @@ def _fixed_norm(module: Optional[nn.Module], eval_batchnorm: bool) -> bool:
     """Whether ``module`` is a norm with fixed statistics that can be folded."""
     if isinstance(module, FrozenBatchNorm2d):
         return True
-    # BatchNorm2d in eval mode normalises with its running statistics (SyncBatchNorm and
+    # BatchNorm2d in eval mode normalizes with its running statistics (SyncBatchNorm and
     # detectron2's NaiveSyncBatchNorm subclass _BatchNorm); without them it cannot fold.
     return (eval_batchnorm and isinstance(module, nn.modules.batchnorm._BatchNorm)
             and not module.training and module.running_mean is not None)

@@ -20,7 +20,7 @@ NORMS = ("", "GN", "BN", "SyncBN")
 REG_ACTIVATIONS = ("relu", "exp", "softplus")
 
 
-def _tower(channels: int, num_convs: int, norm: str, deform_last: bool) -> nn.Sequential:
+def conv_tower(channels: int, num_convs: int, norm: str, deform_last: bool) -> nn.Sequential:
     """[conv3x3 -> norm -> ReLU] * num_convs, laid out as in the official FCOS head so that
     its checkpoints map index by index (conv at 3i, norm at 3i + 1 with a norm)."""
     layers: List[nn.Module] = []
@@ -37,7 +37,7 @@ def _tower(channels: int, num_convs: int, norm: str, deform_last: bool) -> nn.Se
 
 # relu: the improved official FCOS; exp: the original; softplus: relu-like but its gradient
 # never vanishes, so a regression pushed below zero recovers instead of dying.
-_ACTIVATIONS = {"relu": F.relu, "exp": torch.exp, "softplus": F.softplus}
+REG_ACTIVATION_FUNCTIONS = {"relu": F.relu, "exp": torch.exp, "softplus": F.softplus}
 
 
 class FCOSHead(nn.Module):
@@ -80,9 +80,9 @@ class FCOSHead(nn.Module):
         self.norm_reg_targets = norm_reg_targets
         self.centerness_on_reg = centerness_on_reg
         self.reg_activation = reg_activation
-        self.share_tower = _tower(channels, num_share_convs, norm, False)
-        self.cls_tower = _tower(channels, num_convs, norm, use_deformable)
-        self.bbox_tower = _tower(channels, num_convs, norm, use_deformable)
+        self.share_tower = conv_tower(channels, num_share_convs, norm, False)
+        self.cls_tower = conv_tower(channels, num_convs, norm, use_deformable)
+        self.bbox_tower = conv_tower(channels, num_convs, norm, use_deformable)
         self.cls_logits = nn.Conv2d(channels, num_classes, 3, padding=1)
         self.bbox_pred = nn.Conv2d(channels, 4, 3, padding=1)
         self.centerness = nn.Conv2d(channels, 1, 3, padding=1)
@@ -125,7 +125,7 @@ class FCOSHead(nn.Module):
             box_feature = self.bbox_tower(feature)
             logits.append(self.cls_logits(cls_feature))
             box = scale(self.bbox_pred(box_feature))
-            regression.append(_ACTIVATIONS[self.reg_activation](box))
+            regression.append(REG_ACTIVATION_FUNCTIONS[self.reg_activation](box))
             ctr_feature = box_feature if self.centerness_on_reg else cls_feature
             centerness.append(self.centerness(ctr_feature))
         return logits, regression, centerness

@@ -3,10 +3,10 @@ centerness BCE.
 
 Symbols: N images, R locations of all levels, K foreground classes (background is K),
 P positive locations of the batch.
-The normalisers follow the official FCOS: the positive count and the sum of centerness
+The normalizers follow the official FCOS: the positive count and the sum of centerness
 targets are summed over all workers and divided by the number of workers, so that every
 worker divides by the same number and gradients average correctly under DDP. An
-``EMANormaliser`` can smooth both over iterations (``MODEL.FCOS.LOSS_NORMALIZER "ema"``).
+``EMANormalizer`` can smooth both over iterations (``MODEL.FCOS.LOSS_NORMALIZER "ema"``).
 Under autocast (SOLVER.AMP.ENABLED) the head's outputs may be bf16/fp16; the losses are
 computed in float32 all the same (log, pow and the sums lose too much in 8 mantissa bits).
 """
@@ -132,8 +132,8 @@ def mean_over_workers(value: float) -> float:
     return means_over_workers([value])[0]
 
 
-class EMANormaliser:
-    """Exponential moving averages of the two loss normalisers (positives, box-loss weight
+class EMANormalizer:
+    """Exponential moving averages of the two loss normalizers (positives, box-loss weight
     sum), as detectron2's dense detectors smooth theirs: ``new = m * old + (1 - m) * x``.
 
     The positives start at ``initial``; the weight sum starts at ``initial`` times the
@@ -168,7 +168,7 @@ def fcos_losses(
     loc_loss_type: str,
     loc_weighting: str = "centerness",
     iou_smooth: float = 1.0,
-    normaliser: Optional[Callable[[float, float], Tuple[float, float]]] = None,
+    normalizer: Optional[Callable[[float, float], Tuple[float, float]]] = None,
     cls_loss: str = "focal",
 ) -> Dict[str, Tensor]:
     """The three FCOS losses of one batch.
@@ -185,9 +185,9 @@ def fcos_losses(
         loc_weighting: box-loss weight of each positive: its centerness target
             ("centerness", official) or 1 ("none").
         iou_smooth: the IoU smoothing of :func:`iou_loss` (official: 1).
-        normaliser: maps the batch's (positives, box-loss weight sum), both averaged over
+        normalizer: maps the batch's (positives, box-loss weight sum), both averaged over
             workers, to the divisors used; None uses them as they are (official), an
-            :class:`EMANormaliser` smooths them.
+            :class:`EMANormalizer` smooths them.
         cls_loss: "focal" (official) or "quality_focal": GFL's quality focal loss, the
             positives' target being the IoU of their predicted box with their box
             (detached), beta 2 (``focal_alpha``/``focal_gamma`` then unused).
@@ -200,13 +200,13 @@ def fcos_losses(
             logits.float(), reg_pred.float(), ctr_logits.float(), labels, reg_targets.float(),
             num_classes=num_classes, focal_alpha=focal_alpha, focal_gamma=focal_gamma,
             loc_loss_type=loc_loss_type, loc_weighting=loc_weighting, iou_smooth=iou_smooth,
-            normaliser=normaliser, cls_loss=cls_loss)
+            normalizer=normalizer, cls_loss=cls_loss)
 
 
 def _fcos_losses(logits: Tensor, reg_pred: Tensor, ctr_logits: Tensor, labels: Tensor,
                  reg_targets: Tensor, *, num_classes: int, focal_alpha: float,
                  focal_gamma: float, loc_loss_type: str, loc_weighting: str, iou_smooth: float,
-                 normaliser: Optional[Callable[[float, float], Tuple[float, float]]],
+                 normalizer: Optional[Callable[[float, float], Tuple[float, float]]],
                  cls_loss: str = "focal") -> Dict[str, Tensor]:
     """:func:`fcos_losses` on float32 inputs, outside autocast."""
     if cls_loss not in CLS_LOSSES:
@@ -225,11 +225,11 @@ def _fcos_losses(logits: Tensor, reg_pred: Tensor, ctr_logits: Tensor, labels: T
         loss_cls = quality_focal_loss_sparse(logits.reshape(-1, num_classes), labels, quality)
     ctr_targets = centerness_targets(reg_targets)
     loc_weights = ctr_targets if loc_weighting == "centerness" else torch.ones_like(ctr_targets)
-    # One reduction for both normalisers; every worker takes part, also one without positives.
+    # One reduction for both normalizers; every worker takes part, also one without positives.
     num_positives, weight_sum = means_over_workers(
         [float(len(ctr_targets)), float(loc_weights.sum().item())])
-    if normaliser is not None:
-        num_positives, weight_sum = normaliser(num_positives, weight_sum)
+    if normalizer is not None:
+        num_positives, weight_sum = normalizer(num_positives, weight_sum)
     if len(ctr_targets) > 0:
         loss_loc = iou_loss(reg_pred, reg_targets, loc_weights, loc_loss_type,
                             iou_smooth) / weight_sum

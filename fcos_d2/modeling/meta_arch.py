@@ -20,21 +20,23 @@ from detectron2.modeling.postprocessing import detector_postprocess
 from detectron2.structures import ImageList, Instances
 from torch import Tensor, nn
 
-from ..engine.amp import CPU_BF16_POLICIES, cpu_autocast_dtype
+from ..precision import CPU_BF16_POLICIES, cpu_autocast_dtype
 from .assignment import assign_targets_with_matches, compute_locations, level_size_ranges
 from .atss import assign_targets_atss
+from .fast_inference import InferenceCopy
 from .head import FCOSHead
 from .losses import (CLS_LOSSES, LOC_LOSS_TYPES, LOC_LOSS_WEIGHTINGS, LOSS_NORMALIZERS,
-                     EMANormaliser, fcos_losses)
+                     EMANormalizer, fcos_losses)
 from .postprocess import THRESHOLD_ON, postprocess_image_with_locations
-from .training_options import ASSIGNERS
 
+# MODEL.FCOS.ASSIGNER: who picks the positives (assignment.py or atss.py).
+ASSIGNERS = ("fcos", "atss")
 # MODEL.FCOS.INFERENCE_DTYPE: the autocast precision of backbone and head at inference.
 INFERENCE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16,
                     "float16": torch.float16}
 
 
-def _flatten_levels(outputs: List[Tensor]) -> Tensor:
+def flatten_levels(outputs: List[Tensor]) -> Tensor:
     """Per level (N, C, Hi, Wi) -> (N, R, C), locations in the order of compute_locations."""
     return torch.cat([x.permute(0, 2, 3, 1).reshape(x.shape[0], -1, x.shape[1])  # (N, HiWi, C)
                       for x in outputs], dim=1)
@@ -113,7 +115,7 @@ class FCOSBase(nn.Module):
         self.focal_loss_alpha, self.focal_loss_gamma = focal_loss_alpha, focal_loss_gamma
         self.loc_loss_type = loc_loss_type
         self.norm_reg_targets = norm_reg_targets
-        self.loss_normaliser = EMANormaliser(*loss_normalizer_ema) if loss_normalizer == "ema" \
+        self.loss_normalizer = EMANormalizer(*loss_normalizer_ema) if loss_normalizer == "ema" \
             else None
         self.loc_loss_weighting, self.iou_loss_smooth = loc_loss_weighting, iou_loss_smooth
         self.assigner, self.atss_topk, self.cls_loss = assigner, atss_topk, cls_loss
@@ -203,12 +205,12 @@ class FCOSBase(nn.Module):
                    regression: List[Tensor], centerness: List[Tensor]) -> Dict[str, Tensor]:
         """The three FCOS losses for given targets (shapes as :meth:`targets` returns)."""
         return fcos_losses(
-            logits=_flatten_levels(logits), reg_pred=_flatten_levels(regression),
-            ctr_logits=_flatten_levels(centerness)[..., 0], labels=labels,
+            logits=flatten_levels(logits), reg_pred=flatten_levels(regression),
+            ctr_logits=flatten_levels(centerness)[..., 0], labels=labels,
             reg_targets=reg_targets, num_classes=self.num_classes,
             focal_alpha=self.focal_loss_alpha, focal_gamma=self.focal_loss_gamma,
             loc_loss_type=self.loc_loss_type, loc_weighting=self.loc_loss_weighting,
-            iou_smooth=self.iou_loss_smooth, normaliser=self.loss_normaliser,
+            iou_smooth=self.iou_loss_smooth, normalizer=self.loss_normalizer,
             cls_loss=self.cls_loss)
 
     def inference(self, locations: List[Tensor], image_sizes: List[Tuple[int, int]],
@@ -262,6 +264,10 @@ class FCOS(FCOSBase):
     in training, "instances" with ``gt_boxes`` and 0-based ``gt_classes``.
     Output: in training, a dict of losses; in inference, per image {"instances": Instances}
     with ``pred_boxes``, ``scores`` and ``pred_classes``, in the original image size.
+
+    In eval mode, with ``fast_inference``, it runs its folded channels_last copy
+    (``fast_inference.InferenceCopy``), rebuilt when its weights change; ``state_dict()``
+    and training see only the unfolded weights.
     """
 
     @configurable
@@ -272,16 +278,20 @@ class FCOS(FCOSBase):
         pixel_mean: Sequence[float],
         pixel_std: Sequence[float],
         input_format: str = "BGR",
+        fast_inference: bool = True,
         **options,
     ):
-        """``options``: the keyword arguments of ``FCOSBase`` but ``input_shape``, which is
-        the backbone's."""
+        """``fast_inference``: run the folded channels_last copy in eval mode.
+        ``options``: the keyword arguments of ``FCOSBase`` but ``input_shape``, which is the
+        backbone's."""
         super().__init__(input_shape=backbone.output_shape(), **options)
         self.backbone = backbone
         # The backbone's parameters first, as before FCOSBase existed, so that parameter
         # order, and with it optimizer state saved in older checkpoints, stays the same.
         self._modules = {"backbone": self._modules.pop("backbone"), **self._modules}
         self.input_format = input_format
+        self.fast_inference = fast_inference
+        self.inference_copy = InferenceCopy()  # no submodule: not in state_dict
         self.register_buffer("pixel_mean", torch.tensor(pixel_mean).view(-1, 1, 1), False)
         self.register_buffer("pixel_std", torch.tensor(pixel_std).view(-1, 1, 1), False)
         if self.channels_last:  # FCOSBase converted the head; now the backbone too
@@ -298,6 +308,7 @@ class FCOS(FCOSBase):
             "pixel_mean": cfg.MODEL.PIXEL_MEAN,
             "pixel_std": cfg.MODEL.PIXEL_STD,
             "input_format": cfg.INPUT.FORMAT,
+            "fast_inference": cfg.MODEL.FCOS.FAST_INFERENCE,
         }
 
     @property
@@ -317,7 +328,15 @@ class FCOS(FCOSBase):
         features = self.backbone(images.tensor)
         return self.head([features[f] for f in self.head_in_features])
 
+    def train(self, mode: bool = True) -> "FCOS":
+        if mode:  # training changes the weights: free the inference copy's memory
+            self.inference_copy.clear()
+        return super().train(mode)
+
     def forward(self, batched_inputs: List[Dict]):
+        fast = None if self.training or not self.fast_inference else self.inference_copy.of(self)
+        if fast is not None:
+            return fast(batched_inputs)
         images = self.preprocess_image(batched_inputs)
         with self._inference_autocast():
             logits, regression, centerness = self.forward_head(images)

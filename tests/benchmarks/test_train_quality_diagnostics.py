@@ -92,7 +92,7 @@ def test_the_hook_leaves_the_losses_unchanged():
     model = catalog.build_contender("fcos-d2 recipe", cfg).train()
     before = model(_batch())
     watcher = diag.TrainingDiagnostics(model)
-    model.loss_normaliser.values = None  # the EMA starts over
+    model.loss_normalizer.values = None  # the EMA starts over
     after = model(_batch())
     assert {k: v.item() for k, v in after.items()} == {k: v.item() for k, v in before.items()}
     assert watcher._labels is not None and watcher._outputs is not None
@@ -161,7 +161,7 @@ def test_the_positives_table_of_the_thin_regime_names_every_contender(monkeypatc
     monkeypatch.setattr(DatasetCatalog, "get", lambda name: dataset)
     rows = analyses.positives_table("thin", ["fcos-d2 official", cn.RECIPE]).splitlines()
     assert [r.split(" | ")[0] for r in rows[2:]] == ["| fcos-d2 official", "| fcos-d2 recipe"]
-    # an 80-px object: its centre region's farthest sides lie 40-64 px away, which is P3
+    # an 80-px object: its center region's farthest sides lie 40-64 px away, which is P3
     # under the official ranges (up to 64) and beyond P3 under the recipe's (up to 32)
     assert rows[2].split(" | ")[2].startswith("100.0 / 0.0")
     assert rows[3].split(" | ")[2].startswith("0.0 / ")

@@ -41,8 +41,8 @@ def add_labelenc_config(cfg: CN) -> None:
     _C.LEF_DEPTH = [1, 2, 2, 1]
     # Step 1: weight of the FCOS losses of the head on the LEF's features.
     _C.LEF_LOSS_WEIGHT = 1.0
-    # Step 1: weight of the distance loss (MSE between the layer-normalised LEF features,
-    # detached, and the layer-normalised detector features after the adapter).
+    # Step 1: weight of the distance loss (MSE between the layer-normalized LEF features,
+    # detached, and the layer-normalized detector features after the adapter).
     _C.DISTANCE_LOSS_WEIGHT = 1.0
     # Step 1: iterations without the distance loss while the LEF learns; the trainer's
     # setup (LabelEnc's trainer extension) adds them to SOLVER.MAX_ITER and SOLVER.STEPS,

@@ -5,7 +5,7 @@ Symbols: N images, C channels, L levels, Hi x Wi the size of level i.
 
 Both losses compare the detector's features, passed through a small adapter (3x3 conv,
 ReLU, 3x3 conv, ReLU, 3x3 conv, shared by the levels), with the LEF's: each level of each
-image is layer-normalised (over C, Hi, Wi, no affine), and the squared differences of all
+image is layer-normalized (over C, Hi, Wi, no affine), and the squared differences of all
 levels are averaged together, so that a level counts by its number of elements. The
 adapter exists only in training.
 """
@@ -24,7 +24,7 @@ def make_adapter(channels: int) -> nn.Sequential:
 
 
 def feature_distance(features: List[Tensor], targets: List[Tensor]) -> Tensor:
-    """Mean squared difference of the layer-normalised ``features`` and ``targets`` (per
+    """Mean squared difference of the layer-normalized ``features`` and ``targets`` (per
     level (N, C, Hi, Wi), the same shapes) over all elements of all levels; computed in
     float32. Gradients flow into both: detach the targets to keep them fixed."""
     with torch.autocast(features[0].device.type, enabled=False):

@@ -32,7 +32,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 from torchvision.ops import deform_conv2d
 
-from ..head import _ACTIVATIONS, FCOSHead, _tower
+from ..head import REG_ACTIVATION_FUNCTIONS, FCOSHead, conv_tower
 from .masks import MASK_STRIDE
 
 
@@ -96,7 +96,8 @@ class SipMaskHead(FCOSHead):
         # SipMask's classification tower has one conv fewer than the box tower (one ReLU
         # per conv there); FCOSHead built both with NUM_CONVS.
         num_convs = len([m for m in self.bbox_tower if isinstance(m, nn.ReLU)])
-        self.cls_tower = _tower(channels, num_convs - 1, fcos_options.get("norm", "GN"), False)
+        norm = fcos_options.get("norm", "GN")
+        self.cls_tower = conv_tower(channels, num_convs - 1, norm, False)
         for module in self.cls_tower.modules():
             if isinstance(module, nn.Conv2d):
                 nn.init.normal_(module.weight, std=0.01)
@@ -137,7 +138,8 @@ class SipMaskHead(FCOSHead):
             feature = self.share_tower(feature)
             cls_feature = self.cls_tower(feature)
             box_feature = self.bbox_tower(feature)
-            ltrb = _ACTIVATIONS[self.reg_activation](scale(self.bbox_pred(box_feature)))
+            activation = REG_ACTIVATION_FUNCTIONS[self.reg_activation]
+            ltrb = activation(scale(self.bbox_pred(box_feature)))
             regression.append(ltrb)
             ctr_feature = box_feature if self.centerness_on_reg else cls_feature
             centerness.append(self.centerness(ctr_feature))

@@ -15,7 +15,7 @@ from detectron2.structures import ImageList, Instances
 from torch import Tensor, nn
 
 from ..assignment import compute_locations
-from ..meta_arch import FCOS, _flatten_levels
+from ..meta_arch import FCOS, flatten_levels
 from .head import SipMaskHead
 from .loss import sipmask_mask_loss
 from .masks import paste_mask_probabilities, resize_and_threshold
@@ -116,11 +116,11 @@ class SipMask(FCOS):
         labels, reg_targets, matched = self.targets(locations, instances)  # (N, R) ...
         losses = self.box_losses(labels, reg_targets, logits, regression, centerness)
         points = torch.cat(locations)  # (R, 2)
-        ltrb = _flatten_levels(self.regression_in_pixels(regression)).float()  # (N, R, 4)
+        ltrb = flatten_levels(self.regression_in_pixels(regression)).float()  # (N, R, 4)
         pred_boxes = torch.cat([points - ltrb[..., :2], points + ltrb[..., 2:]], dim=-1)
         losses["loss_sipmask_mask"] = self.mask_loss_weight * sipmask_mask_loss(
-            basis=basis, coefficients=_flatten_levels(coefficients), pred_boxes=pred_boxes,
-            logits=_flatten_levels(logits), labels=labels, matched=matched,
+            basis=basis, coefficients=flatten_levels(coefficients), pred_boxes=pred_boxes,
+            logits=flatten_levels(logits), labels=labels, matched=matched,
             instances=instances, num_classes=self.num_classes,
             sample_nms_thresh=self.mask_sample_nms_thresh)
         return losses
@@ -135,7 +135,7 @@ class SipMask(FCOS):
             locations, images.image_sizes, logits, regression, centerness,
             score_thresh=self.score_thresh, topk_candidates=self.topk_candidates,
             nms_thresh=self.nms_thresh, max_detections=self.max_detections_per_image)
-        coefficients = _flatten_levels(coefficients).float()  # (N, R, 4B)
+        coefficients = flatten_levels(coefficients).float()  # (N, R, 4B)
         basis = basis.float()
         for i, (result, location_idx) in enumerate(detections):
             result.set(_PROBS, _mask_probabilities(basis[i], coefficients[i, location_idx],
