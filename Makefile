@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.fcos-d2-setup-done
 
 .PHONY: setup test browser quickstart benchmark train-quality train-quality-thin mask-quality \
-	docs-tables clean-venv
+	epochs-curve docs-tables clean-venv
 
 # The stamp records that requirements.txt, detectron2 and fcos-d2 were installed; it is
 # redone when requirements.txt or setup.py change. A second run only verifies imports.
@@ -66,6 +66,13 @@ train-quality-thin: setup
 MASK_QUALITY_ARGS ?=
 mask-quality: setup
 	$(PY) -m benchmarks.masks $(MASK_QUALITY_ARGS)
+
+# AP against epochs of the small-data recipe (issue 54): E = 12, 24, 36, 48 epochs x 3 seeds,
+# one run at a time; runs already in output/epochs_curve_<regime>/results.jsonl are kept.
+# The other regime: make epochs-curve EPOCHS_CURVE_ARGS="--regime thin".
+EPOCHS_CURVE_ARGS ?=
+epochs-curve: setup
+	$(PY) -m benchmarks.epochs $(EPOCHS_CURVE_ARGS)
 
 # The docs' tables, generated from the records (never edited by hand).
 docs-tables: setup

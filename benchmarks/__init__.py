@@ -6,6 +6,7 @@
   latency;
 - ``python -m benchmarks.speed``: latency, throughput, FLOPs and memory of the whole R-50
   FCOS against torchvision's and detectron2's;
+- ``python -m benchmarks.epochs``: AP against epochs of the small-data recipe (issue 54);
 - ``python -m benchmarks.tables``: the docs' tables (docs/results/) from the records.
 
 Every run appends a record (``benchmarks.records``) to ``benchmarks/results/<benchmark>.jsonl``,

@@ -104,6 +104,26 @@ def masks_table(numbered: Numbered) -> List[str]:
     return lines
 
 
+def epochs_table(numbered: Numbered) -> List[str]:
+    """Per (regime, overrides, epochs E), E ascending: the final AP over the seeds (mean /
+    std, range), the best AP along each run (mean), the seconds of a run (mean)."""
+    rows = []
+    groups = _grouped(numbered, lambda r: (r["run"]["regime"], tuple(r["overrides"]),
+                                           r["run"]["epochs"]))
+    for (regime, overrides, epochs), group in sorted(groups.items(),
+                                                     key=lambda item: item[0]):
+        aps = [r["metrics"]["AP"] for _, r in group]
+        peaks = [max(ap for _, ap in r["metrics"]["curve"]) for _, r in group]
+        seconds = [r["times"]["train_and_eval_seconds"] for _, r in group]
+        rows.append([regime, " ".join(overrides) or "none", epochs,
+                     _joined(r["seed"] for _, r in group), _mean_std(aps),
+                     f"{min(aps):.1f}-{max(aps):.1f}", f"{statistics.mean(peaks):.1f}",
+                     f"{statistics.mean(seconds):.0f}", *_provenance(group)])
+    return _table(["regime", "overrides", "epochs", "seeds", "AP (mean / std)", "AP range",
+                   "best AP along the run (mean)", "s / run (mean)", "commits", "CPU",
+                   "records"], rows)
+
+
 def _compact(result: dict) -> str:
     """A result's fields as JSON, floats to 4 significant digits, "row" left out."""
     rounded = {k: float(f"{v:.4g}") if isinstance(v, float) else v
@@ -179,6 +199,8 @@ TABLES: Dict[str, Tuple[str, Callable[[Numbered], List[str]]]] = {
     "speed": ("Speed of the whole R-50 FCOS (python -m benchmarks.speed)", speed_table),
     "train_quality_costs": ("Cost of a training iteration (python -m benchmarks.train_quality "
                             "--labelenc-cost / --regime-cost)", costs_table),
+    "epochs": ("AP against epochs of the small-data recipe (python -m benchmarks.epochs)",
+               epochs_table),
 }
 
 

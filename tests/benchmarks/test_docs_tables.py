@@ -84,6 +84,25 @@ def test_cost_estimates_give_each_model_and_its_ratio_to_the_reference(tmp_path)
         f"| regime-cost | thin | 2.000 | 4.00 | shapes | 10 | aaaaaaa | {cpu} | 1 |"]
 
 
+def test_epochs_rows_are_per_regime_overrides_and_epochs_in_ascending_epochs(tmp_path):
+    def run(epochs, seed, ap, curve, seconds=100.0):
+        return _record("epochs", seed, metrics={"AP": ap, "AP50": 2 * ap, "curve": curve},
+                       times={"train_and_eval_seconds": seconds},
+                       run={"regime": "thin", "epochs": epochs})
+
+    records = [run(24, 0, 30.0, [[12, 20.0], [24, 30.0]], 300.0),
+               run(12, 0, 10.0, [[4, 2.0], [8, 12.0], [12, 10.0]]),
+               run(24, 1, 34.0, [[12, 36.0], [24, 34.0]], 340.0)]
+    lines = tables.generate(_write(tmp_path / "epochs.jsonl", records)).splitlines()
+    assert lines[2] == "# AP against epochs of the small-data recipe (python -m benchmarks.epochs)"
+    cpu = "Example CPU (amx_bf16, avx512_bf16)"
+    # E=24: mean 32.0, sample std of (30, 34) 2.8; best along the runs 30 and 36, mean 33
+    assert lines[-2:] == [
+        f"| thin | none | 12 | 0 | 10.0 / n/a | 10.0-10.0 | 12.0 | 100 | aaaaaaa | {cpu} | 2 |",
+        f"| thin | none | 24 | 0, 1 | 32.0 / 2.8 | 30.0-34.0 | 33.0 | 320 | aaaaaaa | {cpu} | "
+        "1, 3 |"]
+
+
 def test_another_benchmark_gets_a_row_per_record(tmp_path):
     record = _record("other", seed=7, metrics={"x": 1}, times={"s": 2.0})
     lines = tables.generate(_write(tmp_path / "other.jsonl", [record])).splitlines()
