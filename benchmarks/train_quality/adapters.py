@@ -110,7 +110,7 @@ def _fcos_class() -> type:
 
 def build_detectron2_fcos(cfg, backbone: nn.Module) -> nn.Module:
     """detectron2's built-in FCOS (in v0.6 and main) with its defaults (EMA loss
-    normaliser, no per-level scale, score threshold 0.2 on sqrt(probability *
+    normalizer, no per-level scale, score threshold 0.2 on sqrt(probability *
     centerness), classification prior 0.01) and the head width, depth and norm of
     ``MODEL.FCOS``."""
     from detectron2.modeling.meta_arch.fcos import FCOSHead

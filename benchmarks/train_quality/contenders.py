@@ -21,14 +21,14 @@ FOCAL = ["MODEL.FCOS.CLS_LOSS", "focal"]
 EMA_MOMENTUM_09 = ["MODEL.FCOS.LOSS_NORMALIZER_EMA_MOMENTUM", "0.9"]  # detectron2's
 
 
-def centre_radius(strides: str) -> List[str]:
-    """The override of the centre-sampling radius (in strides)."""
+def center_radius(strides: str) -> List[str]:
+    """The override of the center-sampling radius (in strides)."""
     return ["MODEL.FCOS.CENTER_SAMPLING_RADIUS", strides]
 
 
-# the centre radius of the official FCOS, detectron2's and torchvision's (the recipe's is
+# the center radius of the official FCOS, detectron2's and torchvision's (the recipe's is
 # 1.0 since 2026-12-03 late); both adapters read MODEL.FCOS.CENTER_SAMPLING_RADIUS
-RADIUS_15 = centre_radius("1.5")
+RADIUS_15 = center_radius("1.5")
 # The official FCOS choices, stated explicitly so that the ablations below switch one at a
 # time whatever the recipe config sets.
 OFFICIAL = [
@@ -54,7 +54,7 @@ EMA_MOMENTUM_099 = ["MODEL.FCOS.LOSS_NORMALIZER_EMA_MOMENTUM", "0.99"]
 # fcos-d2 variants: name -> config overrides applied on top of OFFICIAL.
 VARIANTS: Dict[str, List[str]] = OrderedDict([
     ("official", []),
-    ("ema-normaliser", ["MODEL.FCOS.LOSS_NORMALIZER", "ema"]),
+    ("ema-normalizer", ["MODEL.FCOS.LOSS_NORMALIZER", "ema"]),
     ("unweighted-box-loss", ["MODEL.FCOS.LOC_LOSS_WEIGHTING", "none"]),
     ("no-scale", ["MODEL.FCOS.USE_SCALE", "False"]),
     ("exp-regression", ["MODEL.FCOS.REG_ACTIVATION", "exp"]),
@@ -68,7 +68,7 @@ VARIANTS: Dict[str, List[str]] = OrderedDict([
                          "none", "MODEL.FCOS.USE_SCALE", "False", "MODEL.FCOS.IOU_LOSS_SMOOTH",
                          "0.0", "MODEL.FCOS.INFERENCE_TH_ON", "final_score",
                          "MODEL.FCOS.INFERENCE_TH_TEST", "0.2"]),
-    # issue 20's ablations of the variance: the EMA normaliser's momentum (detectron2: 0.9),
+    # issue 20's ablations of the variance: the EMA normalizer's momentum (detectron2: 0.9),
     # the classification prior (official 0.01), a longer warm-up (REGIME: 50), and
     # detectron2's gradient clipping
     ("ema-momentum-0.99", ["MODEL.FCOS.LOSS_NORMALIZER", "ema", *EMA_MOMENTUM_099]),
@@ -112,14 +112,14 @@ RECIPE_VARIANTS: Dict[str, List[str]] = OrderedDict([
     ("ema-momentum-0.9", EMA_MOMENTUM_09),
     ("focal+ema-momentum-0.9", [*FOCAL, *EMA_MOMENTUM_09]),
     ("warmup-200+ema-momentum-0.9", [*WARMUP_200, *EMA_MOMENTUM_09]),
-    # the centre region of the positives (2026-12-03, late; the recipe's radius is 1.0
+    # the center region of the positives (2026-12-03, late; the recipe's radius is 1.0
     # strides since then, at most 2x2 locations of a box): the official 1.5 takes up to 3x3,
     # 2.5 up to 5x5 (more examples per image)
     ("center-sampling-1.5", RADIUS_15),
-    ("center-sampling-2.5", centre_radius("2.5")),
+    ("center-sampling-2.5", center_radius("2.5")),
     # smaller still: 0.75 strides keeps at most 2x2 locations too, but often 1 per axis
-    ("center-sampling-0.75", centre_radius("0.75")),
-    # the EMA normaliser slower still: 0.9 -> 0.99 gave +0.8 (focal) and +2.1 (official)
+    ("center-sampling-0.75", center_radius("0.75")),
+    # the EMA normalizer slower still: 0.9 -> 0.99 gave +0.8 (focal) and +2.1 (official)
     ("ema-momentum-0.995", ["MODEL.FCOS.LOSS_NORMALIZER_EMA_MOMENTUM", "0.995"]),
 ])
 # A schedule candidate changes every contender's training, not fcos-d2's alone: the same
@@ -217,7 +217,7 @@ class FcosD2Contender(Contender):
 
 class OtherFCOS(Contender):
     """Another project's FCOS (``TORCHVISION`` or ``DETECTRON2``) behind detectron2's model
-    interface (``benchmarks.train_quality.adapters``), with its own centre radius."""
+    interface (``benchmarks.train_quality.adapters``), with its own center radius."""
 
     def __init__(self, name: str, project: str, overrides: Sequence = ()):
         if project not in (TORCHVISION, DETECTRON2):

@@ -125,7 +125,7 @@ def test_detectron2_contender_keeps_its_own_prior_whatever_the_recipe_has():
 
 
 @pytest.mark.parametrize("name", ["detectron2", "torchvision", "detectron2+adamw"])
-def test_other_projects_fcos_keep_their_own_centre_radius_whatever_the_recipe_has(name):
+def test_other_projects_fcos_keep_their_own_center_radius_whatever_the_recipe_has(name):
     assert _cfg(cn.RECIPE).MODEL.FCOS.CENTER_SAMPLING_RADIUS != 1.5  # the recipe's 1.0
     assert _cfg(name).MODEL.FCOS.CENTER_SAMPLING_RADIUS == 1.5  # their default and ours
     assert _cfg("fcos-d2 official").MODEL.FCOS.CENTER_SAMPLING_RADIUS == 1.5

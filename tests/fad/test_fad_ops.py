@@ -13,7 +13,7 @@ OPS = [name for name in PRIMITIVES if name != NONE]
 
 
 def _identity_kernels(module: nn.Module) -> None:
-    """Every conv an identity: the centre tap 1 on its own channel (depthwise: on itself),
+    """Every conv an identity: the center tap 1 on its own channel (depthwise: on itself),
     biases 0; GN stays affine-identity."""
     for conv in module.modules():
         if isinstance(conv, nn.Conv2d):
