@@ -37,7 +37,7 @@ def _fpn(genotype: FPNGenotype, channels: int = 32, identity_adapters: bool = Tr
     fpn = NASFCOSFPN(bottom_up=ConstantBottomUp(channels), in_features=list(SIZES),
                      genotype=genotype, channels=channels, top_blocks=False).eval()
     if identity_adapters:
-        fpn.adapt = nn.ModuleList([nn.Identity() for _ in SIZES])
+        fpn.adapt = nn.ModuleDict({key: nn.Identity() for key in fpn.adapt})
     return fpn
 
 
@@ -69,6 +69,7 @@ def test_published_fpn_has_its_cells_deformable_ops_and_grouped_cat():
     assert [cell.inputs for cell in fpn.cells] == [(3, 3), (3, 3), (4, 3), (1, 3), (5, 3),
                                                    (4, 7), (7, 2)]
     assert sum(isinstance(m, DeformConv2d) for m in fpn.modules()) == 12
+    assert sorted(fpn.adapt) == ["1", "2", "3"]  # no cell reads C2: it has no adapter
     assert all(isinstance(cell.aggregate, ConcatReduce) for cell in fpn.cells)
     assert all(cell.aggregate.conv.groups == 32 for cell in fpn.cells)
     out = fpn(torch.zeros(2, 3, 64, 64))

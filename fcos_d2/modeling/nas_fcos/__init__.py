@@ -4,6 +4,7 @@ head, the MobileNetV2 bottom-up, the checkpoint layouts and the search
 builder "build_nas_fcos_backbone", the meta-architecture "NASFCOS", the ``MODEL.NAS_FCOS``
 node, the NAS-FCOS checkpoint layouts and the model-zoo entries "NAS-FCOS/..."."""
 from . import config  # noqa: F401  (side effect: registers MODEL.NAS_FCOS)
+from . import checkpoint, checkpoint_mmdet  # noqa: F401  (side effect: their layouts)
 from .fpn import NASFCOSFPN, build_nas_fcos_backbone  # registers the backbone builder
 from .genotypes import (PUBLISHED_FPN, PUBLISHED_HEAD, FPNCell, FPNGenotype, GenotypeError,
                         HeadGenotype)

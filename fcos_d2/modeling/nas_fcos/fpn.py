@@ -3,13 +3,14 @@
 Symbols: N images, C the FPN width, Ck the backbone's k-th input feature (C2-C5, strides
 4-32), fj the j-th pool entry (0-3: adapted C2-C5; 4 + i: cell i's output).
 
-Forward: each backbone feature is adapted to C channels (1x1 conv, BN, ReLU); each cell
+Forward: each backbone feature a cell reads is adapted to C channels (1x1 conv, BN, ReLU,
+``adapt[j]``); each cell
 reads two pool entries, applies its operations at their own resolutions and aggregates
 them at the finer one; of the unused cell outputs, the last three become P5, P4 and P3
 (each plus every earlier unused output resized to it, then resized to C5, C4 and C3's
 size); P6 and P7 come from P5 by stride-2 3x3 convs (ReLU between), as in FCOS.
 """
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from detectron2.layers import ShapeSpec
 from detectron2.modeling import BACKBONE_REGISTRY, Backbone
@@ -65,10 +66,14 @@ class NASFCOSFPN(Backbone):
         self.bottom_up = bottom_up
         self.in_features = list(in_features)
         self.genotype = genotype
-        self.adapt = nn.ModuleList([
-            nn.Sequential(nn.Conv2d(shapes[f].channels, channels, 1, bias=False),
-                          nn.BatchNorm2d(channels), nn.ReLU())
-            for f in in_features])
+        # Adapters only for the inputs some cell reads (the published genotype never reads
+        # C2): a parameter no output depends on would stall DistributedDataParallel.
+        read = sorted({i for cell in genotype.cells for i in cell.inputs if i < NUM_INPUTS})
+        self.adapt = nn.ModuleDict({
+            str(i): nn.Sequential(nn.Conv2d(shapes[in_features[i]].channels, channels, 1,
+                                            bias=False),
+                                  nn.BatchNorm2d(channels), nn.ReLU())
+            for i in read})
         self.cells = nn.ModuleList([Cell(c.inputs, c.ops, c.aggregation, channels)
                                     for c in genotype.cells])
         self.top_block = LastLevelP6P7(channels, channels, in_feature="p5") if top_blocks \
@@ -88,7 +93,8 @@ class NASFCOSFPN(Backbone):
 
     def decode(self, inputs: List[Tensor]) -> List[Tensor]:
         """C2-C5 (N, Ck, Hk, Wk) -> [P3, P4, P5], each (N, C, Hk, Wk) for k = 3, 4, 5."""
-        pool = [adapt(x) for adapt, x in zip(self.adapt, inputs)]
+        pool: List[Optional[Tensor]] = [self.adapt[str(i)](x) if str(i) in self.adapt
+                                        else None for i, x in enumerate(inputs)]
         for cell in self.cells:
             pool.append(cell(pool))
         unused = self.genotype.unused()
