@@ -179,3 +179,13 @@ def test_mmdet_checkpoint_of_the_published_genotype_loads_exactly():
     with pytest.raises(CheckpointMismatchError,
                        match=r"missing \(1\): backbone\.cells\.3\.aggregate\.norm\.running_mean"):
         convert_foreign_checkpoint({"model": theirs}, model, source="mmdet.pth")
+
+
+def test_the_seven_published_models_are_in_the_zoo_with_their_mega_links():
+    from fcos_d2 import model_zoo
+    names = ["Mobile_NAS", "Mobile_NAS_head", "R_50_NAS", "R_50_NAS_head", "R_101_NAS",
+             "R_101_NAS_head", "R_101_X_32x8d_NAS"]
+    for name in names:
+        zoo_name = model_zoo.resolve_name(f"fcos-d2://NAS-FCOS/{name}")
+        assert model_zoo.get_checkpoint_url(zoo_name).startswith("https://mega.nz/#!")
+        assert model_zoo.get_config_file(zoo_name).endswith(f"configs/NAS-FCOS/{name}.yaml")

@@ -5,6 +5,7 @@ builder "build_nas_fcos_backbone", the meta-architecture "NASFCOS", the ``MODEL.
 node, the NAS-FCOS checkpoint layouts and the model-zoo entries "NAS-FCOS/..."."""
 from . import config  # noqa: F401  (side effect: registers MODEL.NAS_FCOS)
 from . import checkpoint, checkpoint_mmdet  # noqa: F401  (side effect: their layouts)
+from . import model_zoo  # noqa: F401  (side effect: fcos-d2://NAS-FCOS/... entries)
 from .fpn import NASFCOSFPN, build_nas_fcos_backbone  # registers the backbone builder
 from .genotypes import (PUBLISHED_FPN, PUBLISHED_HEAD, FPNCell, FPNGenotype, GenotypeError,
                         HeadGenotype)
