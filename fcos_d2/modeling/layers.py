@@ -23,6 +23,22 @@ class Scale(nn.Module):
         return x * self.scale
 
 
+def _deform_conv2d_any_dtype(x: Tensor, offset: Tensor, weight: Tensor,
+                             bias: Optional[Tensor], *, stride: int, padding: int,
+                             dilation: int, mask: Optional[Tensor]) -> Tensor:
+    """``deform_conv2d``; on the CPU, bf16/fp16 inputs (bf16 autocast training) run in
+    float32, which torchvision's CPU kernel needs, and come back in their dtype."""
+    if x.device.type != "cpu" or x.dtype not in (torch.bfloat16, torch.float16):
+        return deform_conv2d(x, offset, weight, bias, stride=stride, padding=padding,
+                             dilation=dilation, mask=mask)
+    as_float = lambda t: None if t is None else t.float()  # noqa: E731
+    with torch.autocast("cpu", enabled=False):
+        out = deform_conv2d(x.float(), offset.float(), weight.float(), as_float(bias),
+                            stride=stride, padding=padding, dilation=dilation,
+                            mask=as_float(mask))
+    return out.to(x.dtype)
+
+
 class DeformConv2d(nn.Module):
     """A deformable 3x3-style conv whose offsets (and, if modulated, masks) are predicted
     from its input by ``self.offset``, a plain conv initialised to zero, so that training
@@ -71,8 +87,8 @@ class DeformConv2d(nn.Module):
         if self.modulated:
             num_mask = offset.shape[1] // 3
             offset, mask = offset[:, :2 * num_mask], offset[:, 2 * num_mask:].sigmoid()
-        x = deform_conv2d(x, offset, self.weight, self.bias, stride=self.stride,
-                          padding=self.padding, dilation=self.dilation, mask=mask)
+        x = _deform_conv2d_any_dtype(x, offset, self.weight, self.bias, stride=self.stride,
+                                     padding=self.padding, dilation=self.dilation, mask=mask)
         if self.norm is not None:
             x = self.norm(x)
         if self.activation is not None:
