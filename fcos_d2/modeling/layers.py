@@ -26,9 +26,11 @@ class Scale(nn.Module):
 def _deform_conv2d_any_dtype(x: Tensor, offset: Tensor, weight: Tensor,
                              bias: Optional[Tensor], *, stride: int, padding: int,
                              dilation: int, mask: Optional[Tensor]) -> Tensor:
-    """``deform_conv2d``; on the CPU, bf16/fp16 inputs (bf16 autocast training) run in
-    float32, which torchvision's CPU kernel needs, and come back in their dtype."""
-    if x.device.type != "cpu" or x.dtype not in (torch.bfloat16, torch.float16):
+    """``deform_conv2d``; on the CPU, bf16/fp16 inputs or offsets (bf16 autocast training)
+    run in float32, which torchvision's CPU kernel needs; the result has the input's dtype
+    (bf16 under autocast)."""
+    low = (torch.bfloat16, torch.float16)
+    if x.device.type != "cpu" or (x.dtype not in low and offset.dtype not in low):
         return deform_conv2d(x, offset, weight, bias, stride=stride, padding=padding,
                              dilation=dilation, mask=mask)
     as_float = lambda t: None if t is None else t.float()  # noqa: E731
@@ -36,7 +38,8 @@ def _deform_conv2d_any_dtype(x: Tensor, offset: Tensor, weight: Tensor,
         out = deform_conv2d(x.float(), offset.float(), weight.float(), as_float(bias),
                             stride=stride, padding=padding, dilation=dilation,
                             mask=as_float(mask))
-    return out.to(x.dtype)
+    return out.to(torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu")
+                  else x.dtype)
 
 
 class DeformConv2d(nn.Module):

@@ -105,3 +105,12 @@ def test_unknown_names_are_refused_with_the_known_ones():
         build_fpn_op("max_pool", 8)
     with pytest.raises(KeyError, match="sum.*psum"):
         build_aggregation("sum", 8)
+
+
+def test_def_conv_runs_under_cpu_bf16_autocast_in_float32():
+    op = build_fpn_op("def_conv_3x3", 2).eval()
+    x = torch.randn(1, 2, 5, 5)
+    expected = op(x)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = op(x)  # torchvision's CPU kernel has no bf16: the layer computes in float32
+    torch.testing.assert_close(out.float(), expected, atol=0.1, rtol=0.05)
