@@ -107,12 +107,15 @@ class NASFCOSFPN(Backbone):
             pyramid.append(_resize(out, target.shape[-2:]))
         return pyramid[::-1]
 
-    def forward(self, x: Tensor) -> Dict[str, Tensor]:
-        bottom_up = self.bottom_up(x)
+    def pyramid(self, bottom_up: Dict[str, Tensor]) -> Dict[str, Tensor]:
+        """The outputs from given bottom-up features (the search trains on cached ones)."""
         pyramid = self.decode([bottom_up[f] for f in self.in_features])
         if self.top_block is not None:
             pyramid.extend(self.top_block(pyramid[-1]))
         return dict(zip(self._out_features, pyramid))
+
+    def forward(self, x: Tensor) -> Dict[str, Tensor]:
+        return self.pyramid(self.bottom_up(x))
 
     def output_shape(self) -> Dict[str, ShapeSpec]:
         return {name: ShapeSpec(channels=self._out_feature_channels[name],
