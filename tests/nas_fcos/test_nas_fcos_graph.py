@@ -10,7 +10,7 @@ from torch import nn
 import fcos_d2  # noqa: F401
 from fcos_d2.modeling.layers import DeformConv2d
 from fcos_d2.modeling.nas_fcos import NASFCOSFPN, NASFCOSHead
-from fcos_d2.modeling.nas_fcos.genotypes import (PUBLISHED_FPN, PUBLISHED_HEAD, FPNCell,
+from fcos_d2.modeling.nas_fcos.genotypes import (PUBLISHED_FPN, PUBLISHED_HEAD,
                                                  FPNGenotype, GenotypeError, HeadGenotype,
                                                  parse_fpn_genotype, parse_head_genotype)
 from fcos_d2.modeling.nas_fcos.ops import ConcatReduce, ParamSum

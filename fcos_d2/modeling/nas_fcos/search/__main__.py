@@ -26,14 +26,16 @@ def argument_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config-file", default=get_config_file("NAS-FCOS/quickstart.yaml"),
                         help="a NASFCOS config; its bottom-up (MODEL.WEIGHTS) stays fixed")
     parser.add_argument("--dataset", default="synthetic_shapes_train")
-    parser.add_argument("--train-images", type=int, default=32)
-    parser.add_argument("--val-images", type=int, default=16, help="held out, after them")
-    parser.add_argument("--fpn-samples", type=int, default=24)
-    parser.add_argument("--head-samples", type=int, default=12)
-    parser.add_argument("--proxy-iterations", type=int, default=20,
+    parser.add_argument("--train-images", type=int, default=16)
+    parser.add_argument("--val-images", type=int, default=8, help="held out, after them")
+    parser.add_argument("--fpn-samples", type=int, default=16)
+    parser.add_argument("--head-samples", type=int, default=8)
+    parser.add_argument("--proxy-iterations", type=int, default=10,
                         help="training steps of each sampled decoder")
-    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--lr", type=float, default=1e-3, help="AdamW lr of the proxy task")
+    parser.add_argument("--channels", type=int, default=32,
+                        help="width of the proxy decoders (best.yaml keeps the config's)")
     parser.add_argument("--num-cells", type=int, default=7)
     parser.add_argument("--head-layers", type=int, default=6)
     parser.add_argument("--top-k", type=int, default=5)
@@ -65,6 +67,7 @@ def main(argv: Optional[List[str]] = None) -> Path:
     cfg.merge_from_file(args.config_file)
     cfg.merge_from_list(args.opts)
     cfg.MODEL.DEVICE = "cpu"
+    cfg.MODEL.NAS_FCOS.CHANNELS = args.channels
     train = load_inputs(cfg, args.dataset, 0, args.train_images)
     val = load_inputs(cfg, args.dataset, args.train_images, args.val_images)
     proxy = ProxyTask(cfg, train, val, iterations=args.proxy_iterations,

@@ -98,7 +98,8 @@ class PPO:
 
     def __init__(self, controller: Controller, lr: float = 1e-3, clip: float = 0.1,
                  baseline_decay: float = 0.95, epochs: int = 2):
-        self.controller, self.clip, self.decay, self.epochs = controller, clip, baseline_decay, epochs
+        self.controller, self.clip, self.epochs = controller, clip, epochs
+        self.decay = baseline_decay
         self.optimizer = torch.optim.Adam(controller.parameters(), lr=lr)
         self.baseline = None
 
