@@ -189,3 +189,50 @@ def test_the_seven_published_models_are_in_the_zoo_with_their_mega_links():
         zoo_name = model_zoo.resolve_name(f"fcos-d2://NAS-FCOS/{name}")
         assert model_zoo.get_checkpoint_url(zoo_name).startswith("https://mega.nz/#!")
         assert model_zoo.get_config_file(zoo_name).endswith(f"configs/NAS-FCOS/{name}.yaml")
+
+
+def _their_mobilenet(rest: str) -> str:
+    """torchvision's MobileNetV2 names -> the NAS-FCOS code's flat Sequential indices."""
+    block, rest = rest.split(".", 1)
+    if block == "0":
+        return f"features.0.{rest}"
+    table = {"1": {"0.0": "0", "0.1": "1", "1": "3", "2": "4"}}.get(
+        block, {"0.0": "0", "0.1": "1", "1.0": "3", "1.1": "4", "2": "6", "3": "7"})
+    match = re.fullmatch(r"conv\.(\d(?:\.\d)?)\.(\w+)", rest)
+    return f"features.{block}.conv.{table[match[1]]}.{match[2]}"
+
+
+def test_authors_mobilenet_checkpoint_loads_exactly():
+    torch.manual_seed(2)
+    model = small_nas_fcos(BOTTOM_UP="mobilenet_v2", HEAD_GENOTYPE=[])  # Mobile_NAS
+    theirs = {}
+    for key, value in to_authors_layout(model).items():
+        if key.startswith("module.encoder.body."):
+            rest = key[len("module.encoder.body.features."):]
+            value = value - 1e-5 if key.endswith("running_var") else value  # trainable BN
+            key = "module.encoder.body." + _their_mobilenet(rest)
+        theirs[key] = value
+    assert "module.encoder.body.features.1.conv.3.weight" in theirs  # t=1: dw, bn, pw, bn
+    assert "module.encoder.body.features.17.conv.7.running_var" in theirs
+    assert "module.decoder.rpn.head.cls_tower.0.weight" in theirs  # FCOS's head
+    result = convert_foreign_checkpoint({"model": theirs}, model, source="mbv2.pth")
+    _assert_same(result["model"], model)
+
+
+def test_the_seven_published_configs_build():
+    from detectron2.config import get_cfg
+    from detectron2.modeling import build_model
+
+    import fcos_d2
+    heads = {}
+    for name in ("Mobile_NAS", "Mobile_NAS_head", "R_50_NAS", "R_50_NAS_head", "R_101_NAS",
+                 "R_101_NAS_head", "R_101_X_32x8d_NAS"):
+        cfg = get_cfg()
+        fcos_d2.add_fcos_config(cfg)
+        cfg.merge_from_file(fcos_d2.get_config_file(f"NAS-FCOS/{name}.yaml"))
+        cfg.MODEL.DEVICE = "cpu"
+        model = build_model(cfg)
+        heads[name] = type(model.head).__name__
+        assert model.backbone.output_shape()["p7"].stride == 128
+    assert heads == {name: "NASFCOSHead" if name.endswith("_head") else "FCOSHead"
+                     for name in heads}

@@ -137,7 +137,9 @@ def convert_nas_fcos_state_dict(state_dict: Dict[str, Tensor], model: torch.nn.M
     """The authors' NAS-FCOS state dict in fcos-d2's names, checked against ``model``."""
     renamed, unknown = rename_all(state_dict, _AUTHORS_RULES)
     converted, notes = finish_conversion(renamed, unknown, model, "NAS-FCOS")
-    return converted, notes + ["frozen BN variances lowered by 1e-5 for detectron2's epsilon"]
+    if any(_is_frozen_resnet_var(k) for k in converted):  # MobileNet's BN has an epsilon
+        notes.append("frozen BN variances lowered by 1e-5 for detectron2's epsilon")
+    return converted, notes
 
 
 def _is_authors(keys) -> bool:
