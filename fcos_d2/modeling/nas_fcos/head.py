@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from ..head import REG_ACTIVATIONS
-from ..layers import DeformConv2d, Scale
+from ..layers import Scale
 from .genotypes import HeadGenotype, parse_head_genotype
 from .ops import build_head_op
 
@@ -96,7 +96,3 @@ class NASFCOSHead(nn.Module):
             box = self.scales[level](self.bbox_pred(reg_out))
             regression.append(_ACTIVATION_FUNCTIONS[self.reg_activation](box))
         return logits, regression, centerness
-
-    def deformable_ops(self) -> List[DeformConv2d]:
-        """The head's deformable convs (export refuses them by name)."""
-        return [m for m in self.modules() if isinstance(m, DeformConv2d)]
