@@ -6,6 +6,8 @@ cost does not depend on them).
 
 Latency: the median of ``--runs`` single-image inferences at INPUT.MIN_SIZE_TEST, after
 two warm-up runs, on ``--threads`` threads, float32 (MODEL.FCOS.INFERENCE_DTYPE as set).
+Training: the median of 3 forward+backward passes (after one warm-up) of ``--train-batch``
+images with two boxes each, under bf16 autocast when SOLVER.AMP.ENABLED.
 """
 import argparse
 import platform
@@ -26,7 +28,31 @@ def cpu_kind() -> str:
     return names[0] if names else platform.processor()
 
 
-def measure(config: str, runs: int) -> dict:
+def training_seconds(model, cfg, batch: int) -> float:
+    from detectron2.structures import Boxes, Instances
+    from detectron2.utils.events import EventStorage
+
+    size = cfg.INPUT.MIN_SIZE_TEST
+    inputs = []
+    for _ in range(batch):
+        instances = Instances((size, size))
+        instances.gt_boxes = Boxes(torch.tensor([[10.0, 10.0, 60.0, 50.0],
+                                                 [70.0, 80.0, 120.0, 125.0]]) * size / 128)
+        instances.gt_classes = torch.tensor([0, 1])
+        inputs.append({"image": torch.rand(3, size, size) * 255, "instances": instances})
+    model.train()
+    times = []
+    with EventStorage(), torch.autocast("cpu", dtype=torch.bfloat16,
+                                        enabled=cfg.SOLVER.AMP.ENABLED):
+        for _ in range(4):
+            start = time.perf_counter()
+            sum(model(inputs).values()).backward()
+            times.append(time.perf_counter() - start)
+    model.eval()
+    return statistics.median(times[1:])
+
+
+def measure(config: str, runs: int, train_batch: int) -> dict:
     cfg = get_cfg()
     fcos_d2.add_fcos_config(cfg)
     cfg.merge_from_file(config)
@@ -48,9 +74,10 @@ def measure(config: str, runs: int) -> dict:
             start = time.perf_counter()
             model(inputs)
             times.append(time.perf_counter() - start)
+    train = training_seconds(model, cfg, train_batch) if train_batch else float("nan")
     return {"config": config, "params_M": sum(p.numel() for p in model.parameters()) / 1e6,
             "gflops": (flops.total() + head_flops.total()) / 1e9,
-            "latency_ms": 1000 * statistics.median(times[2:]), "size": size}
+            "latency_ms": 1000 * statistics.median(times[2:]), "size": size, "train_s": train}
 
 
 def main() -> None:
@@ -58,15 +85,17 @@ def main() -> None:
     parser.add_argument("configs", nargs="+")
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--train-batch", type=int, default=0,
+                        help="also time a training iteration of this many images (0: no)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(f"CPU: {cpu_kind()}, {args.threads} thread(s), torch {torch.__version__}")
-    print("| config | params (M) | GFLOPs | CPU latency (ms/image) |")
-    print("| --- | --- | --- | --- |")
+    print("| config | params (M) | GFLOPs | CPU latency (ms/image) | training iteration (s) |")
+    print("| --- | --- | --- | --- | --- |")
     for config in args.configs:
-        r = measure(config, args.runs)
+        r = measure(config, args.runs, args.train_batch)
         print(f"| {r['config']} ({r['size']} px) | {r['params_M']:.2f} | {r['gflops']:.3f} | "
-              f"{r['latency_ms']:.1f} |")
+              f"{r['latency_ms']:.1f} | {r['train_s']:.2f} |")
 
 
 if __name__ == "__main__":
