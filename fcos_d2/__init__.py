@@ -10,7 +10,7 @@ from .modeling import (FCOS, FCOSHead, FCOSProposalGenerator, FCOSWithTTA,  # no
 
 # Side effects: the members of the family register their META_ARCHs, config nodes
 # (add_fcos_config adds them) and checkpoint layouts. The core imports none of them.
-from .modeling import fad, labelenc, sipmask  # noqa: E402,F401
+from .modeling import fad, labelenc, nas_fcos, sipmask  # noqa: E402,F401
 
 from .export import Predictor  # noqa: E402
 from . import model_zoo  # noqa: E402,F401  (fcos_d2.model_zoo.get(name), fcos-d2://NAME)

@@ -22,12 +22,12 @@ from detectron2.modeling import build_model
 
 from .checkpoint import FCOSCheckpointer
 from .checkpoint.published import (MODELS, PREFIX, ModelZooEntry, get_checkpoint_sha256,
-                                   get_checkpoint_url, resolve_name)
+                                   get_checkpoint_url, register_model_zoo_entry, resolve_name)
 from .config import add_fcos_config
 from .config import get_config_file as config_path
 
-__all__ = ["PREFIX", "ModelZooEntry", "MODELS", "resolve_name", "get_config_file",
-           "get_checkpoint_url", "get_checkpoint_sha256", "get_config", "get"]
+__all__ = ["PREFIX", "ModelZooEntry", "MODELS", "register_model_zoo_entry", "resolve_name",
+           "get_config_file", "get_checkpoint_url", "get_checkpoint_sha256", "get_config", "get"]
 
 
 def get_config_file(name: str) -> str:

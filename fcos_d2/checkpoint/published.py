@@ -8,7 +8,7 @@ package needs nothing above it.
 """
 from typing import Dict, NamedTuple
 
-__all__ = ["PREFIX", "ModelZooEntry", "MODELS", "resolve_name", "get_checkpoint_url",
+__all__ = ["PREFIX", "ModelZooEntry", "MODELS", "register_model_zoo_entry", "resolve_name", "get_checkpoint_url",
            "get_checkpoint_sha256"]
 
 PREFIX = "fcos-d2://"
@@ -46,6 +46,13 @@ MODELS: Dict[str, ModelZooEntry] = {
     "FCOS-RT-R50": _entry("FCOS-RT-R50.yaml", "FCOS_RT_MS_R_50_4x", "AdelaiDet",
                           "TlnlXUr6lNNSyoZ"),
 }
+
+
+def register_model_zoo_entry(name: str, entry: ModelZooEntry) -> ModelZooEntry:
+    """Adds a member's published model as ``fcos-d2://<name>`` (replacing one of the same
+    name); members call it at import, so that the core names none of them."""
+    MODELS[name] = entry
+    return entry
 
 
 def resolve_name(name: str) -> str:

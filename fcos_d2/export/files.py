@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..modeling.layers import DeformConv2d
 from ..modeling.meta_arch import FCOS
 from . import matching
 from .onnx_graph import (INPUT_NAMES, ITERATION_KEY, OUTPUT_NAMES, FCOSDetectorGraph,
@@ -44,6 +45,23 @@ def sample_inputs(dtype: torch.dtype = torch.float32, size: Tuple[int, int] = (1
     return pad_batch(images)
 
 
+class UnsupportedOperationError(ValueError):
+    """The model holds an operation ONNX cannot express."""
+
+
+def check_onnx_exportable(model: torch.nn.Module) -> None:
+    """Raises UnsupportedOperationError naming the deformable convs of ``model``: ONNX has
+    no operator for ``torchvision::deform_conv2d`` (DCNv2) in any opset torch exports."""
+    deformable = [name for name, m in model.named_modules() if isinstance(m, DeformConv2d)]
+    if deformable:
+        shown = ", ".join(deformable[:3]) + (" ..." if len(deformable) > 3 else "")
+        raise UnsupportedOperationError(
+            f"ONNX export: the model has {len(deformable)} deformable convs "
+            f"(torchvision::deform_conv2d, DCNv2: {shown}), an operation ONNX cannot express; "
+            f"export a model without them (e.g. MODEL.FCOS.USE_DEFORMABLE False, or genotypes "
+            f"without def_conv_3x3) or run it with PyTorch (fcos_d2.Predictor)")
+
+
 def export_onnx(model: FCOS, path: str, *, opset: int = 17, input_dtype: str = "float32",
                 iterations: Optional[int] = None) -> None:
     """Writes the whole detector (``FCOSDetectorGraph``) as one ONNX graph with dynamic
@@ -51,6 +69,7 @@ def export_onnx(model: FCOS, path: str, *, opset: int = 17, input_dtype: str = "
     ``tools/test_onnx.py``'s summary."""
     if input_dtype not in INPUT_DTYPES:
         raise ValueError(f"input dtype '{input_dtype}': expected one of {sorted(INPUT_DTYPES)}")
+    check_onnx_exportable(model)
     graph = FCOSDetectorGraph(model.eval()).eval()
     dynamic_axes = {"images": {0: "N", 2: "H", 3: "W"}, "image_sizes": {0: "N"},
                     **{name: {0: "D"} for name in OUTPUT_NAMES}}

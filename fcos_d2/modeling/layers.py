@@ -23,6 +23,25 @@ class Scale(nn.Module):
         return x * self.scale
 
 
+def _deform_conv2d_any_dtype(x: Tensor, offset: Tensor, weight: Tensor,
+                             bias: Optional[Tensor], *, stride: int, padding: int,
+                             dilation: int, mask: Optional[Tensor]) -> Tensor:
+    """``deform_conv2d``; on the CPU, bf16/fp16 inputs or offsets (bf16 autocast training)
+    run in float32, which torchvision's CPU kernel needs; the result has the input's dtype
+    (bf16 under autocast)."""
+    low = (torch.bfloat16, torch.float16)
+    if x.device.type != "cpu" or (x.dtype not in low and offset.dtype not in low):
+        return deform_conv2d(x, offset, weight, bias, stride=stride, padding=padding,
+                             dilation=dilation, mask=mask)
+    as_float = lambda t: None if t is None else t.float()  # noqa: E731
+    with torch.autocast("cpu", enabled=False):
+        out = deform_conv2d(x.float(), offset.float(), weight.float(), as_float(bias),
+                            stride=stride, padding=padding, dilation=dilation,
+                            mask=as_float(mask))
+    return out.to(torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu")
+                  else x.dtype)
+
+
 class DeformConv2d(nn.Module):
     """A deformable 3x3-style conv whose offsets (and, if modulated, masks) are predicted
     from its input by ``self.offset``, a plain conv initialised to zero, so that training
@@ -71,8 +90,8 @@ class DeformConv2d(nn.Module):
         if self.modulated:
             num_mask = offset.shape[1] // 3
             offset, mask = offset[:, :2 * num_mask], offset[:, 2 * num_mask:].sigmoid()
-        x = deform_conv2d(x, offset, self.weight, self.bias, stride=self.stride,
-                          padding=self.padding, dilation=self.dilation, mask=mask)
+        x = _deform_conv2d_any_dtype(x, offset, self.weight, self.bias, stride=self.stride,
+                                     padding=self.padding, dilation=self.dilation, mask=mask)
         if self.norm is not None:
             x = self.norm(x)
         if self.activation is not None:
