@@ -8,8 +8,8 @@ package needs nothing above it.
 """
 from typing import Dict, NamedTuple
 
-__all__ = ["PREFIX", "ModelZooEntry", "MODELS", "register_model_zoo_entry", "resolve_name", "get_checkpoint_url",
-           "get_checkpoint_sha256"]
+__all__ = ["PREFIX", "ModelZooEntry", "MODELS", "register_model_zoo_entry", "resolve_name",
+           "get_checkpoint_url", "get_checkpoint_sha256"]
 
 PREFIX = "fcos-d2://"
 _CLOUDSTOR = "https://cloudstor.aarnet.edu.au/plus/s/{}/download"

@@ -16,7 +16,7 @@ from typing import List, Optional
 import yaml
 from detectron2.config import get_cfg
 
-from .... import add_fcos_config, get_config_file
+from ....config import add_fcos_config, get_config_file
 from .loop import best, run_search
 from .proxy import ProxyTask, load_inputs
 
