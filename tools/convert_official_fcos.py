@@ -5,7 +5,7 @@ Usage:
         [--config-file configs/FCOS-R50.yaml]
 
 With --config-file, the result is also checked against the model that config builds:
-every parameter must be filled and none left over (the key mapping is in the README and
+every parameter must be filled and none left over (the key mapping is in docs/deployment.md and
 in fcos_d2/checkpoint/official.py).
 """
 import argparse

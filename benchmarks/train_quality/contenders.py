@@ -82,7 +82,7 @@ VARIANTS: Dict[str, List[str]] = OrderedDict([
 RECIPE = "fcos-d2 recipe"  # the config file under REGIME's schedule
 # Candidates for a recipe that keeps the mean and loses the spread (issue 20): name ->
 # overrides on top of the recipe config (not of OFFICIAL); contender "fcos-d2 recipe+NAME".
-# Rows measured on an earlier recipe carry a mark in the README naming what it had then
+# Rows measured on an earlier recipe carry a mark in docs/small_data.md naming what it had then
 # ("prior 0.01", "focal", "EMA 0.9", "radius 1.5"): append PRIOR_001, FOCAL,
 # EMA_MOMENTUM_09 or RADIUS_15 to the contender's overrides to reproduce them.
 RECIPE_VARIANTS: Dict[str, List[str]] = OrderedDict([
@@ -107,7 +107,7 @@ RECIPE_VARIANTS: Dict[str, List[str]] = OrderedDict([
     # the official classification prior 0.01 (the recipe's is 0.1 since 2026-12-03)
     ("prior-0.01", PRIOR_001),
     # each of the recipe's choices of 2026-12-03 (evening) undone, and both: the recipe of
-    # that afternoon ("focal+ema-momentum-0.9"; the README's "(focal, EMA 0.9)" rows)
+    # that afternoon ("focal+ema-momentum-0.9"; the "(focal, EMA 0.9)" rows of docs/small_data.md)
     ("focal", FOCAL),
     ("ema-momentum-0.9", EMA_MOMENTUM_09),
     ("focal+ema-momentum-0.9", [*FOCAL, *EMA_MOMENTUM_09]),

@@ -38,7 +38,7 @@ class Regime:
 
 
 REGIMES: Dict[str, Regime] = {
-    # 128-px shapes, 6 classes (the first table of the README)
+    # 128-px shapes, 6 classes (the first table of docs/small_data.md)
     "shapes": Regime(DATASETS, "shapes"),
     # 256-352 px images, 10 classes of thin and filled objects of 10-100 px, each image
     # at its own size: closer to the held-out data of issue 20

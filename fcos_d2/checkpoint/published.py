@@ -29,7 +29,7 @@ def _entry(config: str, official_name: str, published_by: str, share: str) -> Mo
     return ModelZooEntry(config, official_name, published_by, _CLOUDSTOR.format(share))
 
 
-# The models of the README's configs table, with the links of the official FCOS README
+# The models of the README's model-zoo table, with the links of the official FCOS README
 # (the official FCOS repository) and of AdelaiDet's configs/FCOS-Detection/README.md.
 MODELS: Dict[str, ModelZooEntry] = {
     "FCOS-R50": _entry("FCOS-R50.yaml", "FCOS_imprv_R_50_FPN_1x", "FCOS", "ZSAqNJB96hA71Yf"),

@@ -2,7 +2,7 @@
 folded into the convolutions (``fold_batchnorm``) and its weights and input batch in
 channels_last memory. Both are exact up to float rounding (outputs within 1e-4 of the
 plain model's, tested) and together were worth about a quarter of the fp32 inference time
-of R-50 FCOS (README "Speed").
+of R-50 FCOS (docs/speed.md).
 
 Every inference entry point uses it (``train_net.py --eval-only`` and the periodic
 evaluation, test-time augmentation, ``Predictor`` and so ``demo/demo.py``, and

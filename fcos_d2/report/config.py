@@ -13,7 +13,7 @@ def add_report_config(cfg: CN) -> None:
     cfg.TEST.REPORT = _C = CN()
     # After each evaluation, beside summary.txt: report.html with precision-recall curves per
     # class and for all classes, the AP per class as bars (PNGs in report/), and the worst
-    # images, predictions beside the ground truth. Costs a few hundred ms (README); False:
+    # images, predictions beside the ground truth. Costs a few hundred ms (docs/troubleshooting.md); False:
     # nothing is written.
     _C.ENABLED = True
     # How many of the images with the most errors (false detections + missed boxes) the

@@ -52,7 +52,7 @@ def add_labelenc_config(cfg: CN) -> None:
     # and the head alone on label maps (no detector, no distance loss, so
     # DISTANCE_LOSS_WARMUP_ITERS must be 0), an iteration costing a fraction of the
     # detector's; step 2 is unchanged (from scratch, the LEF then detects far better: see
-    # the README's LabelEnc section).
+    # configs/LabelEnc/README.md).
     _C.STEP1_DETECTOR = True
     # Step 2: weight of the auxiliary loss (same form as the distance loss).
     _C.AUXILIARY_LOSS_WEIGHT = 1.0
