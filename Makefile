@@ -28,7 +28,7 @@ test: setup browser
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15 tests
 
 # Headless Chromium (Debian's chromium) for the browser check of report.html in
-# tests/test_evaluation_report.py. Best effort: where it cannot be installed (no apt-get,
+# tests/evaluation/test_evaluation_report.py. Best effort: where it cannot be installed (no apt-get,
 # not root, offline) this says so and that test skips, saying why.
 browser:
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \

@@ -5,7 +5,7 @@
 #     python tools/lazyconfig_train_net.py --config-file configs/lazy/fcos_R_50_FPN_1x.py
 #
 # or in your own script: cfg = LazyConfig.load(path); model = instantiate(cfg.model).
-# tests/test_lazy_config.py checks that both configs build the same model.
+# tests/engine/test_lazy_config.py checks that both configs build the same model.
 import fcos_d2  # noqa: F401  (first: detectron2 v0.6 shims; registers the datasets)
 import torch
 from detectron2.config import LazyCall as L

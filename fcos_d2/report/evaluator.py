@@ -7,7 +7,7 @@ COCOEvaluator's files: see ``write_report``.
 
 COCOEvaluator does not hand out its COCOeval object: the precision array is taken in
 ``_derive_coco_results``, the method that receives it, which has the same signature in
-detectron2 v0.6 and main (tests/test_evaluation_report.py fails if that changes).
+detectron2 v0.6 and main (tests/evaluation/test_evaluation_report.py fails if that changes).
 """
 import logging
 import os

@@ -1,0 +1,96 @@
+"""fcos_d2.engine.launch: one process, and workers started by torchrun. Spawned CPU workers
+over gloo are checked in tests/engine/test_multiprocess.py (one spawn for the group and the
+gradients: each spawned worker imports torch and detectron2 anew)."""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+from detectron2.engine import defaults
+from detectron2.utils import comm
+
+from fcos_d2.engine.launch import add_launcher_arguments, launch
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def worker_report(ddp) -> dict:
+    """What this worker sees of the job, and the type DefaultTrainer's wrapping gave `ddp`."""
+    return {"rank": comm.get_rank(), "world_size": comm.get_world_size(),
+            "local_rank": comm.get_local_rank(), "local_size": comm.get_local_size(),
+            "backend": dist.get_backend(), "ddp": type(ddp).__name__}
+
+
+def report_worker(folder: str) -> None:
+    """Writes what this worker sees to <folder>/<rank>.json; fails if called twice."""
+    ddp = defaults.create_ddp_model(torch.nn.Linear(2, 2), broadcast_buffers=False)
+    with open(Path(folder) / f"{comm.get_rank()}.json", "x") as f:
+        json.dump(worker_report(ddp), f)
+
+
+def reports(folder: Path):
+    return sorted((json.loads(p.read_text()) for p in folder.glob("*.json")),
+                  key=lambda r: r["rank"])
+
+
+def expected_reports(world_size: int):
+    return [{"rank": r, "world_size": world_size, "local_rank": r, "local_size": world_size,
+             "backend": "gloo", "ddp": "DistributedDataParallel"} for r in range(world_size)]
+
+
+@pytest.fixture
+def cpu_only():
+    if torch.cuda.is_available():
+        pytest.skip("CPU workers are spawned only where CUDA is not available")
+
+
+def test_one_process_runs_main_here_without_a_process_group():
+    calls = []
+    launch(lambda x: calls.append((x, dist.is_initialized())), 1, args=("x",))
+    assert calls == [("x", False)]
+
+
+def test_auto_dist_url_is_refused_for_several_machines(cpu_only):
+    with pytest.raises(ValueError, match="2 machines needs an explicit tcp://HOST:PORT"):
+        launch(report_worker, 2, num_machines=2, dist_url="auto")
+
+
+def test_under_torchrun_each_process_joins_the_job_and_runs_main_once(tmp_path, cpu_only):
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys
+        import fcos_d2
+        from fcos_d2.engine.launch import add_launcher_arguments, launch
+        from test_launch import report_worker
+
+        if __name__ == "__main__":
+            # torchrun's environment decides the number of workers, not this 8
+            launch(report_worker, 8, dist_url="auto", args=(sys.argv[1],))
+    """))
+    (tmp_path / "reports").mkdir()
+    run = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         str(script), str(tmp_path / "reports")],
+        cwd=REPO, capture_output=True, text=True, timeout=240,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(  # test_launch, imported by the job
+            filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")]))})
+    assert run.returncode == 0, run.stderr[-5000:]
+    assert reports(tmp_path / "reports") == expected_reports(2)
+
+
+def test_local_rank_from_torch_distributed_launch_is_accepted_in_both_spellings(monkeypatch,
+                                                                                capsys):
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    parser = add_launcher_arguments(argparse.ArgumentParser())
+    assert parser.parse_args(["--local_rank", "1"]).local_rank == 1
+    assert os.environ["LOCAL_RANK"] == "1"  # torch < 1.9 set only the argument
+    assert parser.parse_args(["--local-rank=1"]).local_rank == 1
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--local-rank=0"])
+    assert "--local-rank 0 differs from the environment's LOCAL_RANK=1" in capsys.readouterr().err
