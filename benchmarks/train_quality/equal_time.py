@@ -1,8 +1,8 @@
 """The training-quality records at equal iterations and at equal training time, for the
 docs' table (``benchmarks.tables``), from the records alone.
 
-A comparison holds the records of one regime, one CPU kind and one set of overrides other
-than the schedule's (``SCHEDULE_KEYS``; ``MODEL.DEVICE`` stays, so GPU runs form their own),
+A comparison holds the records of one regime, one CPU kind (model and bf16/AMX flags) and
+one set of overrides other than the schedule's (``SCHEDULE_KEYS``; ``MODEL.DEVICE`` stays, so GPU runs form their own),
 each a run that ended "ok" and counted its iterations. In it:
 
 - the reference schedule is the iteration count most contenders ran (ties: the fewest);
@@ -55,9 +55,24 @@ def other_than_schedule(overrides: Sequence[str]) -> Tuple[str, ...]:
     return tuple(item for pair in pairs if pair[0] not in SCHEDULE_KEYS for item in pair)
 
 
+def cpu_kind(record: dict) -> str:
+    """The record's CPU model with its bf16 and AMX flags: one model name covers machines
+    with and without AMX, whose seconds per iteration differ."""
+    cpu = record["cpu"]
+    return cpu["model"] + (f" ({', '.join(cpu['flags'])})" if cpu.get("flags") else "")
+
+
 def _timed(numbered: Numbered) -> Numbered:
     return [(n, r) for n, r in numbered if r["run"].get("status", "ok") == "ok"
             and r["run"].get("iterations") and "train_seconds" in r["times"]]
+
+
+def _point(iterations: int, group: Numbered) -> Point:
+    """The means of `group`, the runs of one contender that did `iterations`."""
+    seconds = [r["times"]["train_seconds"] for _, r in group]
+    return Point(iterations, statistics.mean(r["metrics"]["AP"] for _, r in group),
+                 statistics.mean(seconds), statistics.mean(s / iterations for s in seconds),
+                 [r["seed"] for _, r in group], [line for line, _ in group])
 
 
 def points(numbered: Numbered) -> Dict[str, Dict[int, Point]]:
@@ -66,14 +81,9 @@ def points(numbered: Numbered) -> Dict[str, Dict[int, Point]]:
     for line, record in numbered:
         by_count = runs.setdefault(record["run"]["contender"], OrderedDict())
         by_count.setdefault(record["run"]["iterations"], []).append((line, record))
-    return OrderedDict(
-        (name, OrderedDict((count, Point(
-            count, statistics.mean(r["metrics"]["AP"] for _, r in group),
-            statistics.mean(r["times"]["train_seconds"] for _, r in group),
-            statistics.mean(r["times"]["train_seconds"] / count for _, r in group),
-            [r["seed"] for _, r in group], [n for n, _ in group]))
-            for count, group in by_count.items()))
-        for name, by_count in runs.items())
+    return OrderedDict((name, OrderedDict((count, _point(count, group))
+                                          for count, group in by_count.items()))
+                       for name, by_count in runs.items())
 
 
 def reference_iterations(curves: Dict[str, Dict[int, Point]]) -> int:
@@ -96,8 +106,8 @@ def contender_row(name: str, curve: Dict[int, Point], reference: int,
                      statistics.mean(p.seconds_per_iteration for p in curve.values()))
     in_budget = math.floor(budget / per_iteration + 1e-9)
     chosen = at_most(curve, in_budget)
-    shown = [p for p in (at_reference, chosen) if p is not None]
-    shown = [p for i, p in enumerate(shown) if p not in shown[:i]]  # once if the same
+    shown = [at_reference] if at_reference else []
+    shown += [chosen] if chosen is not None and chosen is not at_reference else []
     return [name, " / ".join(", ".join(str(s) for s in p.seeds) for p in shown),
             f"{at_reference.ap:.1f}" if at_reference else "",
             f"{per_iteration:.3f}", f"{at_reference.seconds:.0f}" if at_reference else "",
@@ -116,7 +126,7 @@ def comparison(numbered: Numbered, title: str) -> Optional[Comparison]:
     fastest = min((name for name in curves if reference in curves[name]),
                   key=lambda name: curves[name][reference].seconds)
     budget = curves[fastest][reference].seconds
-    heading = (f"{title}: reference {reference} iterations; budget {budget:.0f} s, the "
+    heading = (f"{title}; reference {reference} iterations; budget {budget:.0f} s, the "
                f"training time of the fastest contender there ({fastest})")
     return Comparison(heading, [contender_row(name, curve, reference, budget)
                                 for name, curve in curves.items()])
@@ -126,10 +136,10 @@ def comparisons(numbered: Numbered) -> List[Comparison]:
     """One ``Comparison`` per (regime, CPU kind, overrides other than the schedule's)."""
     groups: Dict[tuple, Numbered] = OrderedDict()
     for line, record in numbered:
-        key = (record["run"].get("regime", "shapes"), record["cpu"]["model"],
+        key = (record["run"].get("regime", "shapes"), cpu_kind(record),
                other_than_schedule(record["overrides"]))
         groups.setdefault(key, []).append((line, record))
-    found = [comparison(group, f"Regime {regime}, {cpu}, overrides "
+    found = [comparison(group, f"Regime {regime}, {cpu}, overrides besides the schedule's: "
                                f"{' '.join(overrides) or 'none'}")
              for (regime, cpu, overrides), group in groups.items()]
     return [c for c in found if c is not None]

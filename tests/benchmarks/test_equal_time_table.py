@@ -7,7 +7,7 @@ import json
 from benchmarks import tables
 from benchmarks.train_quality import equal_time
 
-CPU = {"model": "Example CPU", "flags": [], "cores": 2}
+CPU = {"model": "Example CPU", "flags": ["avx512_bf16"], "cores": 2}
 
 
 def _run(contender, seed, ap, iterations, seconds, overrides=(), status="ok"):
@@ -31,6 +31,8 @@ RECORDS = [
     _run("fcos-d2 recipe", 2, 0.0, 100, 50.0, status="diverged: loss nan"),  # 7: left out
     _run("fcos-d2 recipe", 0, 11.0, 600, 60.0, ["MODEL.DEVICE", "cuda"]),  # 8: its own
     _run("torchvision", 3, 4.0, None, 999.0),  # 9: no count of iterations: left out
+    {**_run("fcos-d2 recipe", 4, 9.0, 600, 500.0),
+     "cpu": {**CPU, "flags": []}},  # 10: the same model without bf16: its own comparison
 ]
 
 
@@ -41,8 +43,9 @@ def test_the_table_gives_each_contender_at_equal_iterations_and_at_equal_time(tm
     start = lines.index("## At equal iterations and at equal training time")
     assert lines[start + 2] == tables.EQUAL_TIME_DEFINITION
     assert lines[start + 4] == (
-        "Regime shapes, Example CPU, overrides none: reference 600 iterations; budget 315 s, "
-        "the training time of the fastest contender there (fcos-d2 recipe):")
+        "Regime shapes, Example CPU (avx512_bf16), overrides besides the schedule's: none; "
+        "reference 600 iterations; budget 315 s, the training time of the fastest contender "
+        "there (fcos-d2 recipe):")
     # budget 315 s: the recipe 315 / 0.525 = 600 iterations, Faster R-CNN 315 / 1.5 = 210
     # (its 200-iteration run fits), torchvision 315 / 0.7 = 450 (no run fits)
     assert lines[start + 8:start + 11] == [
@@ -52,10 +55,16 @@ def test_the_table_gives_each_contender_at_equal_iterations_and_at_equal_time(tm
         "| torchvision | 0 | 6.0 | 0.700 | 420 | 450 |  | none: needs a run of at most 450 "
         "iterations | 6 |"]
     assert lines[start + 12] == (
-        "Regime shapes, Example CPU, overrides MODEL.DEVICE cuda: reference 600 iterations; "
-        "budget 60 s, the training time of the fastest contender there (fcos-d2 recipe):")
-    assert lines[-1] == \
+        "Regime shapes, Example CPU (avx512_bf16), overrides besides the schedule's: "
+        "MODEL.DEVICE cuda; reference 600 iterations; budget 60 s, the training time of the "
+        "fastest contender there (fcos-d2 recipe):")
+    assert lines[start + 16] == \
         "| fcos-d2 recipe | 0 | 11.0 | 0.100 | 60 | 600 | 11.0 | 600 it., 60 s | 8 |"
+    assert lines[start + 18].startswith("Regime shapes, Example CPU, overrides besides the "
+                                        "schedule's: none; reference 600 iterations; budget "
+                                        "500 s")
+    assert lines[-1] == \
+        "| fcos-d2 recipe | 4 | 9.0 | 0.833 | 500 | 600 | 9.0 | 600 it., 500 s | 10 |"
 
 
 def test_records_without_a_count_of_iterations_give_no_equal_time_table(tmp_path):

@@ -93,7 +93,8 @@ def test_torchvision_adapter_trains_and_returns_detectron2_instances():
     assert instances.pred_classes.max() < cfg.MODEL.FCOS.NUM_CLASSES
 
 
-@pytest.mark.parametrize("name", ["fcos-d2 recipe", "torchvision", "detectron2"])
+@pytest.mark.parametrize("name", ["fcos-d2 recipe", "torchvision", "detectron2",
+                                  "detectron2 faster-rcnn"])
 def test_every_contender_is_built_on_model_device(name):
     # "meta" stands in for "cuda" where there is no GPU: a contender left on the CPU fails
     if name == "detectron2":
