@@ -15,9 +15,17 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from benchmarks.records import REPO, RESULTS_DIR, RecordsError, read_numbered_records
+from benchmarks.train_quality import equal_time
 
 DOCS_DIR = REPO / "docs" / "results"
 Numbered = List[Tuple[int, dict]]  # (line in the records file, record)
+EQUAL_TIME_DEFINITION = (
+    "Per regime, CPU kind and overrides other than the schedule's, over the runs that "
+    "ended ok and counted their iterations (means over seeds). The reference is the "
+    "iteration count most contenders ran; the budget is the fastest contender's training "
+    "time there. Equal training time: a contender's iterations in the budget are the budget "
+    "over its seconds per iteration, rounded down; its AP at equal time is that of its runs "
+    "of the most iterations within them (a measured run, not interpolated).")
 
 
 def _cpu(record: dict) -> str:
@@ -74,8 +82,22 @@ def train_quality_table(numbered: Numbered) -> List[str]:
                      _joined(r["seed"] for _, r in group), _mean_std([m["AP"] for m in metrics]),
                      _mean_std([m["AP50"] for m in metrics]),
                      f"{statistics.mean(seconds):.0f}" if seconds else "", *_provenance(group)])
-    return _table(["contender", "regime", "overrides", "seeds", "AP (mean / std)",
-                   "AP50 (mean / std)", "training s (mean)", "commits", "CPU", "records"], rows)
+    lines = _table(["contender", "regime", "overrides", "seeds", "AP (mean / std)",
+                    "AP50 (mean / std)", "training s (mean)", "commits", "CPU", "records"], rows)
+    return lines + equal_time_tables(numbered)
+
+
+def equal_time_tables(numbered: Numbered) -> List[str]:
+    """The runs that counted their iterations at equal iterations and at equal training
+    time (``benchmarks.train_quality.equal_time``), a table per comparison; [] if none."""
+    found = equal_time.comparisons(numbered)
+    if not found:
+        return []
+    lines = ["", "## At equal iterations and at equal training time", "",
+             EQUAL_TIME_DEFINITION]
+    for item in found:
+        lines += ["", f"{item.title}:", "", *_table(equal_time.HEADER, item.rows)]
+    return lines
 
 
 def masks_table(numbered: Numbered) -> List[str]:

@@ -1,10 +1,12 @@
 """The configs of the mask benchmark (``benchmarks.masks``): the base config, the regime both
-contenders share, Mask R-CNN on SipMask's ResNet trunk, and the key a stored run must match
-to be reused."""
+contenders share, Mask R-CNN on SipMask's ResNet trunk (``benchmarks.rcnn``), and the key a
+stored run must match to be reused."""
 import hashlib
 import json
 from pathlib import Path
 from typing import List
+
+from benchmarks.rcnn import faster_rcnn_overrides, register_trunk_fpn_backbone
 
 REPO = Path(__file__).resolve().parents[2]
 SIPMASK_CONFIG = REPO / "configs" / "quickstart-sipmask.yaml"
@@ -18,7 +20,8 @@ def base_config_file() -> Path:
 
 
 def mask_rcnn_overrides(trunk_stages: List[str], num_classes: int, fpn_channels: int) -> List:
-    """The keys that turn the base config into Mask R-CNN on the same ResNet trunk.
+    """The keys that turn the base config into Mask R-CNN on the same ResNet trunk: Faster
+    R-CNN's (``benchmarks.rcnn.faster_rcnn_overrides``) with detectron2's mask head.
 
     Args:
         trunk_stages: the base config's ``MODEL.RESNETS.OUT_FEATURES``; Mask R-CNN's FPN
@@ -26,32 +29,9 @@ def mask_rcnn_overrides(trunk_stages: List[str], num_classes: int, fpn_channels:
         num_classes: foreground classes.
         fpn_channels: the FPN's width, also the mask head's.
     """
-    order = ["res2", "res3", "res4", "res5"]
-    stages = order[:max(order.index(s) for s in trunk_stages) + 1]
-    levels = [f"p{int(s[-1])}" for s in stages]  # p2 ... from res2 ...
-    rpn_levels = levels + [f"p{int(levels[-1][1:]) + 1}"]  # + the max-pooled top level
     return [
-        "MODEL.META_ARCHITECTURE", "GeneralizedRCNN",
+        *faster_rcnn_overrides(trunk_stages, num_classes),
         "MODEL.MASK_ON", True,
-        "MODEL.BACKBONE.NAME", "build_resnet_trunk_fpn_backbone",
-        "MODEL.RESNETS.OUT_FEATURES", stages,
-        "MODEL.FPN.IN_FEATURES", stages,
-        "MODEL.ANCHOR_GENERATOR.SIZES", [[16 * 2 ** i] for i in range(len(rpn_levels))],
-        "MODEL.ANCHOR_GENERATOR.ASPECT_RATIOS", [[0.5, 1.0, 2.0]],
-        "MODEL.PROPOSAL_GENERATOR.NAME", "RPN",
-        "MODEL.RPN.IN_FEATURES", rpn_levels,
-        # detectron2's Base-RCNN-FPN.yaml: per level before NMS, in all after it
-        "MODEL.RPN.PRE_NMS_TOPK_TRAIN", 2000, "MODEL.RPN.PRE_NMS_TOPK_TEST", 1000,
-        "MODEL.RPN.POST_NMS_TOPK_TRAIN", 1000, "MODEL.RPN.POST_NMS_TOPK_TEST", 1000,
-        "MODEL.ROI_HEADS.NAME", "StandardROIHeads",
-        "MODEL.ROI_HEADS.IN_FEATURES", levels,
-        "MODEL.ROI_HEADS.NUM_CLASSES", num_classes,
-        # 128 sampled proposals per image, not 512: at most 6 objects per image, and 512
-        # made the box head's FC layers most of a training step's time
-        "MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE", 128,
-        "MODEL.ROI_BOX_HEAD.NAME", "FastRCNNConvFCHead",
-        "MODEL.ROI_BOX_HEAD.NUM_FC", 2,
-        "MODEL.ROI_BOX_HEAD.POOLER_RESOLUTION", 7,
         "MODEL.ROI_MASK_HEAD.NAME", "MaskRCNNConvUpsampleHead",
         "MODEL.ROI_MASK_HEAD.NUM_CONV", 4,
         # as wide as the FPN (and the FCOS/SipMask head on it), not 256
@@ -160,7 +140,7 @@ def setup_cfg(name: str, seed: int, output_dir: str, iters: int, opts: List,
 
     if name not in CONTENDERS:
         raise ValueError(f"benchmarks.masks: unknown contender '{name}'; use one of {CONTENDERS}")
-    _register_backbone()
+    register_trunk_fpn_backbone()
     cfg = get_cfg()
     add_fcos_config(cfg)
     cfg.merge_from_file(str(base_config_file()))
@@ -176,27 +156,3 @@ def setup_cfg(name: str, seed: int, output_dir: str, iters: int, opts: List,
     cfg.merge_from_list(opts)
     cfg.freeze()
     return cfg
-
-
-def build_resnet_trunk_fpn_backbone(cfg, input_shape):
-    """detectron2's ``build_resnet_fpn_backbone`` for any last stage: FPN over
-    ``MODEL.FPN.IN_FEATURES`` and a max-pooled level above the last (detectron2's builder
-    pools P5 only, so it needs res5)."""
-    from detectron2.modeling.backbone import FPN, build_resnet_backbone
-    from detectron2.modeling.backbone.fpn import LastLevelMaxPool
-
-    top_block = LastLevelMaxPool()
-    top_block.in_feature = f"p{cfg.MODEL.FPN.IN_FEATURES[-1][-1]}"  # res4 -> p4
-    return FPN(bottom_up=build_resnet_backbone(cfg, input_shape),
-               in_features=cfg.MODEL.FPN.IN_FEATURES, out_channels=cfg.MODEL.FPN.OUT_CHANNELS,
-               norm=cfg.MODEL.FPN.NORM, top_block=top_block, fuse_type=cfg.MODEL.FPN.FUSE_TYPE)
-
-
-def _register_backbone() -> None:
-    import fcos_d2  # noqa: F401  (before detectron2)
-    from detectron2.modeling import BACKBONE_REGISTRY
-
-    if "build_resnet_trunk_fpn_backbone" not in BACKBONE_REGISTRY:
-        BACKBONE_REGISTRY.register(build_resnet_trunk_fpn_backbone)
-
-

@@ -20,14 +20,18 @@ its own size), the same model, optimizer and schedule, 5 seeds by default; its r
 to their own folder (``output/train_quality_thin``) and carry "regime": "thin", and a
 results file of one regime is refused for the other.
 
-Every contender gets the same backbone (built by fcos-d2's backbone builder), data
-loader, optimizer, schedule, seeds and evaluator; only the detector on top differs:
+Every contender gets the same ResNet trunk (the FCOS ones the same backbone, built by
+fcos-d2's backbone builder), data loader, optimizer, schedule, seeds and evaluator; only the
+detector on top differs:
 
 - ``fcos-d2 <variant>``: fcos-d2 with ``MODEL.FCOS`` options (``VARIANTS``);
 - ``torchvision``: ``torchvision.models.detection.FCOS`` on the same backbone;
 - ``detectron2``: detectron2's built-in FCOS (``detectron2.modeling.meta_arch.fcos``,
   unregistered, in v0.6 and main), where the installed detectron2 has it;
   ``detectron2+<variant>`` with a schedule change (``DETECTRON2_VARIANTS``).
+- ``detectron2 faster-rcnn``: detectron2's Faster R-CNN (GeneralizedRCNN, RPN,
+  StandardROIHeads, ``benchmarks.rcnn``) on the same ResNet trunk, its FPN from res2 as
+  detectron2's FPN models have it.
 
 Each (contender, seed) runs in its own process with one thread; ``--jobs`` run at once.
 With ``MODEL.DEVICE cuda`` at the end of the command, every contender trains and is
@@ -36,13 +40,17 @@ on one CPU thread each).
 Results are appended to ``OUTPUT/results.jsonl`` (runs found there are not repeated), and
 the table (mean, sample std and range of AP over seeds) is printed and written to
 ``OUTPUT/table.md``. Each run also appends a record (commit, CPU, seed, overrides,
-AP, times) to ``benchmarks/results/train_quality.jsonl`` (``benchmarks.records``).
+AP, iterations done, training seconds and seconds per iteration) to
+``benchmarks/results/train_quality.jsonl`` (``benchmarks.records``), whose generated table
+(``python -m benchmarks.tables``) also gives every contender at equal iterations and at equal
+training time (``equal_time``).
 
 The modules: ``protocol`` (the regimes, the config, training and evaluation every
 contender gets), ``contenders`` (the ``Contender`` interface and the one-step contenders),
 ``adapters`` (torchvision's and detectron2's FCOS behind detectron2's model interface),
 ``labelenc`` (LabelEnc's two steps as contenders), ``catalog`` (every contender by name),
-``results`` (the run records and tables), ``costs`` (iteration costs), ``diagnostics``,
+``results`` (the run records and tables), ``equal_time`` (the records at equal iterations
+and equal training time), ``costs`` (iteration costs), ``diagnostics``,
 ``reevaluate`` and ``analyses`` (the modes that read stored runs), ``cli`` (the command).
 
 Usage:

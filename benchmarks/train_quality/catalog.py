@@ -8,16 +8,16 @@ from typing import Dict, List, Sequence
 
 from benchmarks.train_quality import labelenc
 from benchmarks.train_quality.contenders import (
-    DETECTRON2, DETECTRON2_VARIANTS, EVAL_VARIANTS, OFFICIAL, RECIPE, RECIPE_VARIANTS,
-    SAME_ITERATIONS, SCHEDULES, TORCHVISION, VARIANTS, Contender, FcosD2Contender,
-    InferenceVariant, OtherFCOS)
+    DETECTRON2, DETECTRON2_VARIANTS, EVAL_VARIANTS, FASTER_RCNN, OFFICIAL, RECIPE,
+    RECIPE_VARIANTS, SAME_ITERATIONS, SCHEDULES, TORCHVISION, VARIANTS, Contender, FasterRCNN,
+    FcosD2Contender, InferenceVariant, OtherFCOS)
 
-# Contenders added with regime 2: in "all" of --regime thin only, so that "all" of
-# --regime shapes (make train-quality) stays the measured table; by name in both.
+# Contenders added with regime 2 or later (Faster R-CNN): in "all" of --regime thin only, so
+# that "all" of --regime shapes (make train-quality) stays the measured table; by name in both.
 ADDED_WITH_THIN = [f"fcos-d2 {v}" for v in ("ema-momentum-0.99", "prior-0.1", "warmup-200",
                                              "clip-gradients", "atss", "quality-focal")] \
     + [f"{RECIPE}+{v}" for v in RECIPE_VARIANTS] \
-    + [f"{DETECTRON2}+{v}" for v in DETECTRON2_VARIANTS]
+    + [f"{DETECTRON2}+{v}" for v in DETECTRON2_VARIANTS] + [FASTER_RCNN]
 # --positives without --contenders
 POSITIVES_CONTENDERS = ["fcos-d2 official", RECIPE, f"{RECIPE}+center-sampling-1.5",
                         "fcos-d2 atss", f"{RECIPE}+atss-anchors-4"]
@@ -29,7 +29,7 @@ def _catalog() -> Dict[str, Contender]:
     fcos = OrderedDict((f"fcos-d2 {v}", FcosD2Contender(f"fcos-d2 {v}", OFFICIAL + overrides))
                        for v, overrides in VARIANTS.items())
     main = [fcos["fcos-d2 official"], FcosD2Contender(RECIPE), OtherFCOS(DETECTRON2, DETECTRON2),
-            OtherFCOS(TORCHVISION, TORCHVISION),
+            OtherFCOS(TORCHVISION, TORCHVISION), FasterRCNN(FASTER_RCNN),
             *(labelenc.LabelEncContender(n, o) for n, o in labelenc.STEP1_VARIANTS.items()
               if n == labelenc.LABELENC),
             FcosD2Contender(SAME_ITERATIONS, schedule=SCHEDULES[SAME_ITERATIONS]),

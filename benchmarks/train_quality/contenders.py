@@ -133,6 +133,8 @@ DETECTRON2_VARIANTS: Dict[str, List[str]] = OrderedDict([
     ("adamw", RECIPE_VARIANTS["adamw"]),
 ])
 TORCHVISION = "torchvision"
+# detectron2's two-stage detector on the same trunk (benchmarks.rcnn): the equal-time rows
+FASTER_RCNN = "detectron2 faster-rcnn"
 # The recipe trained as long as LabelEnc's two steps together (600 + 200 + 600), lr x0.1
 # at 5/6 of it as in REGIME: does LabelEnc beat training longer?
 SAME_ITERATIONS = "fcos-d2 recipe, LabelEnc's iterations"
@@ -236,6 +238,33 @@ class OtherFCOS(Contender):
         # on MODEL.DEVICE, as detectron2's build_model puts fcos-d2 (`MODEL.DEVICE cuda` at
         # the end of the command line trains every contender on the GPU)
         return builder(cfg, build_backbone(cfg)).to(cfg.MODEL.DEVICE)
+
+
+class FasterRCNN(Contender):
+    """detectron2's Faster R-CNN with FPN (GeneralizedRCNN, RPN, StandardROIHeads;
+    ``benchmarks.rcnn.faster_rcnn_overrides``) on the recipe's ResNet trunk, with the
+    protocol's data, optimizer, schedule and evaluator; its FPN starts at res2 (P2-P6), as
+    detectron2's FPN models do, where FCOS's starts at res3 (P3-P7)."""
+
+    def config(self, seed: int, output_dir: str, opts: Sequence = (), regime: str = "shapes",
+               step: Sequence = ()):
+        """The protocol's config with the R-CNN keys for its trunk and the regime's class
+        count; the command's `opts` last, as for every contender."""
+        from benchmarks.rcnn import faster_rcnn_overrides, register_trunk_fpn_backbone
+
+        register_trunk_fpn_backbone()
+        cfg = super().config(seed, output_dir, opts, regime, step).clone()
+        cfg.defrost()
+        cfg.merge_from_list(faster_rcnn_overrides(cfg.MODEL.RESNETS.OUT_FEATURES,
+                                                  cfg.MODEL.FCOS.NUM_CLASSES))
+        cfg.merge_from_list(list(opts))
+        cfg.freeze()
+        return cfg
+
+    def build(self, cfg):
+        from detectron2.modeling import build_model
+
+        return build_model(cfg)  # on MODEL.DEVICE
 
 
 class InferenceVariant(FcosD2Contender):

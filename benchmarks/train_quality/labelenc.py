@@ -119,7 +119,8 @@ def run_labelenc(contender: LabelEncContender, seed: int, output_dir: str, opts:
                     "step1_AP": (protocol.evaluate(step1, cfg1)["AP"]
                                  if cfg1.MODEL.LABELENC.STEP1_DETECTOR else None),
                     "step1_lef_AP": evaluate_lef(step1, cfg1)["AP"],
-                    "train_seconds_step1": common1["train_seconds"]}
+                    "train_seconds_step1": common1["train_seconds"],
+                    "iterations_step1": common1["iterations"]}
     return run_step2(contender, [], seed, output_dir, opts, weights, step1_record, regime)
 
 
@@ -152,6 +153,11 @@ def run_step2(contender: FcosD2Contender, step2_overrides: Sequence, seed: int,
     common = {**common2, **step1_record, "train_seconds_step2": common2["train_seconds"],
               "train_seconds": round(step1_record["train_seconds_step1"]
                                      + common2["train_seconds"], 1)}
+    # both steps' iterations, as train_seconds sums both steps' seconds; none where the
+    # step-1 record predates its count
+    common.pop("iterations")
+    if "iterations_step1" in step1_record:
+        common["iterations"] = step1_record["iterations_step1"] + common2["iterations"]
     if common2["status"] != "ok":
         return {"contender": contender.name, "AP": 0.0, "AP50": 0.0, **common}
     recipe = FcosD2Contender(RECIPE)
@@ -176,7 +182,8 @@ def run_step2_variant(contender: Step2Variant, seed: int, output_dir: str, opts:
                                 f"'{LABELENC}' with this seed (and {where}) first")
     record = labelenc_record(root, seed, regime)
     step1_record = {k: record[k] for k in ("final_losses_step1", "step1_AP", "step1_lef_AP",
-                                           "train_seconds_step1") if k in record}
+                                           "train_seconds_step1", "iterations_step1")
+                    if k in record}
     return run_step2(contender, contender.step2_overrides, seed, output_dir, opts,
                      str(step1_weights(root, seed)), step1_record, regime)
 

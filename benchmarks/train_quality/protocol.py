@@ -109,9 +109,9 @@ def train(build: Callable, cfg, seed: int, init: Optional[Callable] = None,
           diagnostics: bool = False, init_seed: Optional[int] = None):
     """Builds the model (``build(cfg)``, then ``init(model)`` if given) and trains it with
     the protocol's loader, optimizer and schedule; returns it and a dict of the run's seed,
-    status, final losses and training seconds (with `diagnostics`, also "diagnostics":
-    losses, positives per level, gradient norms, BN statistics, regression outputs and
-    positives' scores, from ``benchmarks.train_quality.diagnostics``).
+    status, final losses, training seconds and iterations done (with `diagnostics`, also
+    "diagnostics": losses, positives per level, gradient norms, BN statistics, regression
+    outputs and positives' scores, from ``benchmarks.train_quality.diagnostics``).
 
     `seed` seeds every generator (detectron2's ``seed_all_rng``); `init_seed`, if given,
     then reseeds torch's alone. Torch's generator draws the initial weights and numpy's the
@@ -147,8 +147,10 @@ def train(build: Callable, cfg, seed: int, init: Optional[Callable] = None,
         trainer.train(0, cfg.SOLVER.MAX_ITER)
     except FloatingPointError as error:  # SimpleTrainer's check of non-finite losses
         status = f"diverged: {error}"
+    # trainer.iter: the iterations done, MAX_ITER unless a non-finite loss stopped it
     record = {"seed": seed, "status": status, "final_losses": recorder.tail(),
-              "train_seconds": round(time.perf_counter() - start, 1)}
+              "train_seconds": round(time.perf_counter() - start, 1),
+              "iterations": trainer.iter}
     if diagnostics:
         record["diagnostics"] = watcher.record()
     return model, record

@@ -46,13 +46,24 @@ def other_overrides(results: List[dict], opts: Sequence) -> Optional[str]:
 
 def repository_record(result: dict, command: str) -> dict:
     """The ``benchmarks.records`` record of one run's `result` (a results.jsonl line):
-    its seed, metrics and times apart, the rest (diagnostics aside) under "run"."""
+    its seed, metrics and times (with the seconds per iteration) apart, the rest
+    (diagnostics aside, the iterations done included) under "run"."""
     kept = {k: v for k, v in result.items()
             if k not in (*METRICS, *TIMES, "diagnostics", "seed")}
     return records.make_record(
         BENCHMARK, command=command, seed=result["seed"], overrides=result.get("opts", []),
         metrics={k: result[k] for k in METRICS if k in result},
-        times={k: result[k] for k in TIMES if k in result}, run=kept)
+        times={**{k: result[k] for k in TIMES if k in result},
+               **seconds_per_iteration(result)}, run=kept)
+
+
+def seconds_per_iteration(result: dict) -> Dict[str, float]:
+    """{"seconds_per_iteration": training seconds / iterations done} of a run's `result`;
+    {} where it keeps no count of iterations (records written before 2026-12-05) or did
+    none."""
+    if not result.get("iterations") or "train_seconds" not in result:
+        return {}
+    return {"seconds_per_iteration": round(result["train_seconds"] / result["iterations"], 4)}
 
 
 def summarise(results: List[dict], names: List[str]) -> str:

@@ -93,7 +93,8 @@ def test_torchvision_adapter_trains_and_returns_detectron2_instances():
     assert instances.pred_classes.max() < cfg.MODEL.FCOS.NUM_CLASSES
 
 
-@pytest.mark.parametrize("name", ["fcos-d2 recipe", "torchvision", "detectron2"])
+@pytest.mark.parametrize("name", ["fcos-d2 recipe", "torchvision", "detectron2",
+                                  "detectron2 faster-rcnn"])
 def test_every_contender_is_built_on_model_device(name):
     # "meta" stands in for "cuda" where there is no GPU: a contender left on the CPU fails
     if name == "detectron2":
@@ -217,6 +218,8 @@ def test_a_lef_only_labelenc_run_reports_the_lef_ap_and_no_detector_ap(tmp_path,
     assert set(record["final_losses_step1"]) >= {"loss_labelenc_cls", "loss_labelenc_loc"}
     assert not any(k.startswith("loss_fcos") for k in record["final_losses_step1"])
     assert (tmp_path / "run" / "step2" / "model_final_fcos.pth").is_file()
+    # both steps' iterations, as its training seconds are both steps' (step 2: MAX_ITER 2)
+    assert record["iterations"] == record["iterations_step1"] + 2
 
 
 @pytest.mark.parametrize("variant", list(le.STEP2_VARIANTS))

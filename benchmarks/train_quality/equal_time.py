@@ -1,0 +1,145 @@
+"""The training-quality records at equal iterations and at equal training time, for the
+docs' table (``benchmarks.tables``), from the records alone.
+
+A comparison holds the records of one regime, one CPU kind (model and bf16/AMX flags) and
+one set of overrides other than the schedule's (``SCHEDULE_KEYS``; ``MODEL.DEVICE`` stays, so GPU runs form their own),
+each a run that ended "ok" and counted its iterations. In it:
+
+- the reference schedule is the iteration count most contenders ran (ties: the fewest);
+- equal iterations: each contender's mean AP over its runs at that count, its mean
+  seconds per iteration and its mean training seconds;
+- equal training time: the budget is the fastest contender's mean training seconds at the
+  reference count; a contender's iterations in the budget are the budget over its seconds
+  per iteration (at the reference count where it ran it), rounded down; its AP at equal time
+  is the mean AP of its runs of the most iterations within that count, a measured point,
+  never interpolated (none: a shorter run of it is needed, and the row says how short).
+
+Shapes: a record is (line in the records file, record dict); a row is a list of cells.
+"""
+import math
+import statistics
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+SCHEDULE_KEYS = ("SOLVER.MAX_ITER", "SOLVER.STEPS", "SOLVER.WARMUP_ITERS")
+HEADER = ["contender", "seeds (reference / its run)", "AP at the reference iterations",
+          "s / iteration", "training s", "iterations in the budget", "AP at equal time",
+          "its run", "records"]
+Numbered = List[Tuple[int, dict]]
+
+
+@dataclass
+class Point:
+    """A contender's runs of one iteration count in a comparison: their means."""
+
+    iterations: int
+    ap: float
+    seconds: float
+    seconds_per_iteration: float
+    seeds: List[int]
+    lines: List[int]
+
+
+@dataclass
+class Comparison:
+    """One regime, CPU kind and non-schedule overrides: its title line and rows."""
+
+    title: str
+    rows: List[List[str]]
+
+
+def other_than_schedule(overrides: Sequence[str]) -> Tuple[str, ...]:
+    """`overrides` (KEY VALUE ...) without the pairs of ``SCHEDULE_KEYS``."""
+    pairs = [tuple(overrides[i:i + 2]) for i in range(0, len(overrides), 2)]
+    return tuple(item for pair in pairs if pair[0] not in SCHEDULE_KEYS for item in pair)
+
+
+def cpu_kind(record: dict) -> str:
+    """The record's CPU model with its bf16 and AMX flags: one model name covers machines
+    with and without AMX, whose seconds per iteration differ."""
+    cpu = record["cpu"]
+    return cpu["model"] + (f" ({', '.join(cpu['flags'])})" if cpu.get("flags") else "")
+
+
+def _timed(numbered: Numbered) -> Numbered:
+    return [(n, r) for n, r in numbered if r["run"].get("status", "ok") == "ok"
+            and r["run"].get("iterations") and "train_seconds" in r["times"]]
+
+
+def _point(iterations: int, group: Numbered) -> Point:
+    """The means of `group`, the runs of one contender that did `iterations`."""
+    seconds = [r["times"]["train_seconds"] for _, r in group]
+    return Point(iterations, statistics.mean(r["metrics"]["AP"] for _, r in group),
+                 statistics.mean(seconds), statistics.mean(s / iterations for s in seconds),
+                 [r["seed"] for _, r in group], [line for line, _ in group])
+
+
+def points(numbered: Numbered) -> Dict[str, Dict[int, Point]]:
+    """contender -> iterations -> the ``Point`` of its runs, in the records' order."""
+    runs: Dict[str, Dict[int, Numbered]] = OrderedDict()
+    for line, record in numbered:
+        by_count = runs.setdefault(record["run"]["contender"], OrderedDict())
+        by_count.setdefault(record["run"]["iterations"], []).append((line, record))
+    return OrderedDict((name, OrderedDict((count, _point(count, group))
+                                          for count, group in by_count.items()))
+                       for name, by_count in runs.items())
+
+
+def reference_iterations(curves: Dict[str, Dict[int, Point]]) -> int:
+    """The iteration count most contenders ran (ties: the fewest iterations)."""
+    counts = [count for curve in curves.values() for count in curve]
+    return min(set(counts), key=lambda count: (-counts.count(count), count))
+
+
+def at_most(curve: Dict[int, Point], iterations: int) -> Optional[Point]:
+    """The point of `curve` of the most iterations not above `iterations`; None if none."""
+    within = [count for count in curve if count <= iterations]
+    return curve[max(within)] if within else None
+
+
+def contender_row(name: str, curve: Dict[int, Point], reference: int,
+                  budget: float) -> List[str]:
+    """The cells of `name` (``HEADER``) against `reference` iterations and `budget` s."""
+    at_reference = curve.get(reference)
+    per_iteration = (at_reference.seconds_per_iteration if at_reference else
+                     statistics.mean(p.seconds_per_iteration for p in curve.values()))
+    in_budget = math.floor(budget / per_iteration + 1e-9)
+    chosen = at_most(curve, in_budget)
+    shown = [at_reference] if at_reference else []
+    shown += [chosen] if chosen is not None and chosen is not at_reference else []
+    return [name, " / ".join(", ".join(str(s) for s in p.seeds) for p in shown),
+            f"{at_reference.ap:.1f}" if at_reference else "",
+            f"{per_iteration:.3f}", f"{at_reference.seconds:.0f}" if at_reference else "",
+            str(in_budget), f"{chosen.ap:.1f}" if chosen else "",
+            (f"{chosen.iterations} it., {chosen.seconds:.0f} s" if chosen else
+             f"none: needs a run of at most {in_budget} iterations"),
+            ", ".join(str(n) for p in shown for n in p.lines)]
+
+
+def comparison(numbered: Numbered, title: str) -> Optional[Comparison]:
+    """The ``Comparison`` of one group's records; None if none counted its iterations."""
+    curves = points(_timed(numbered))
+    if not curves:
+        return None
+    reference = reference_iterations(curves)
+    fastest = min((name for name in curves if reference in curves[name]),
+                  key=lambda name: curves[name][reference].seconds)
+    budget = curves[fastest][reference].seconds
+    heading = (f"{title}; reference {reference} iterations; budget {budget:.0f} s, the "
+               f"training time of the fastest contender there ({fastest})")
+    return Comparison(heading, [contender_row(name, curve, reference, budget)
+                                for name, curve in curves.items()])
+
+
+def comparisons(numbered: Numbered) -> List[Comparison]:
+    """One ``Comparison`` per (regime, CPU kind, overrides other than the schedule's)."""
+    groups: Dict[tuple, Numbered] = OrderedDict()
+    for line, record in numbered:
+        key = (record["run"].get("regime", "shapes"), cpu_kind(record),
+               other_than_schedule(record["overrides"]))
+        groups.setdefault(key, []).append((line, record))
+    found = [comparison(group, f"Regime {regime}, {cpu}, overrides besides the schedule's: "
+                               f"{' '.join(overrides) or 'none'}")
+             for (regime, cpu, overrides), group in groups.items()]
+    return [c for c in found if c is not None]
