@@ -95,8 +95,10 @@ def select_level_candidates_with_locations(
     """
     scores, candidates = candidate_scores(logits, ctr_logits, score_thresh=score_thresh,
                                           threshold_on=threshold_on)  # (Ri, K) each
-    scores = scores[candidates]  # (C,)
-    location_idx, classes = candidates.nonzero(as_tuple=True)
+    # One nonzero (one host sync) gives both indices; they index the scores in the same
+    # row-major order as the boolean mask would, without a second sync for its count.
+    location_idx, classes = candidates.nonzero(as_tuple=True)  # (C,) each
+    scores = scores[location_idx, classes]  # (C,)
     if len(scores) > topk:
         scores, keep = scores.topk(topk, sorted=False)
         location_idx, classes = location_idx[keep], classes[keep]
