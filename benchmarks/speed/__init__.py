@@ -37,8 +37,9 @@ threads, every row's results, the target ratios, seconds) to
 
 The modules: ``timing`` (interleaved medians, autocast, training steps, tables),
 ``contenders`` (the three R-50 FCOS), ``whole_model`` (the inference, training, flops and
-memory rows), ``parts``, ``onnx_row``, ``compile_row``, ``loader_row``, ``labelenc_row``
-(the other rows) and ``cli`` (the rows by name, the targets, the command).
+memory rows), ``parts``, ``onnx_row``, ``compile_row``, ``loader_row``, ``labelenc_row``,
+``host_row`` (the other rows), ``floor`` (the arithmetic floors) and ``cli`` (the rows by
+name, the targets, the command).
 
 Usage: python -m benchmarks.speed [--rows inference,training] [--repeats 3] [--quick]
                                  [--device cpu|cuda] [--threads N] [--json output/benchmark.json]

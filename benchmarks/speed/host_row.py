@@ -10,11 +10,14 @@ than 16: every contender's head uses GroupNorm with 32 groups (torchvision's FCO
 detectron2's ``get_norm("GN")`` fix it), which needs a multiple of 32 channels.
 
 Each result carries the row's arithmetic floor (``benchmarks.speed.floor``): the overhead
-is the iteration's time less that floor.
+is the iteration's time less that floor (the issue's measure). Beside it, timed in the same
+rounds, the backbone + head forward and backward alone ("network_seconds") and the rest of
+the iteration ("rest_seconds": pre-processing, targets, losses, their backward, SGD step).
 """
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
+from torch import Tensor
 
 from benchmarks.speed import contenders as bc
 from benchmarks.speed.floor import conv_floor, training_floor_seconds
@@ -78,6 +81,24 @@ def torchvision_tiny(device: str) -> bc.Contender:
     return bc.torchvision_style("torchvision", model)
 
 
+def tensors_in(outputs) -> List[Tensor]:
+    """The tensors of nested lists, tuples and dicts of head outputs."""
+    if isinstance(outputs, Tensor):
+        return [outputs]
+    values = outputs.values() if isinstance(outputs, dict) else outputs
+    return [t for value in values for t in tensors_in(value)]
+
+
+def network_pass(contender: bc.Contender, images: Tensor) -> Callable[[], None]:
+    """Backbone + head forward and backward alone (the gradients of a plain sum of the
+    outputs): what a training iteration costs without pre-processing, targets, losses and
+    the optimizer step."""
+    def run():
+        contender.model.zero_grad(set_to_none=True)
+        sum(t.float().sum() for t in tensors_in(contender.backbone_head(images))).backward()
+    return run
+
+
 def contenders(device: str) -> Tuple[Dict[str, bc.Contender], Optional[str]]:
     """name -> contender, and why detectron2's FCOS is missing (None when it is there)."""
     built = {"fcos-d2": fcos_d2_tiny(device), "torchvision": torchvision_tiny(device)}
@@ -97,9 +118,9 @@ def row(args) -> List[dict]:
     images = bc.random_images(BATCH, *IMAGE_SIZE, args.device)
     targets = bc.random_targets(BATCH, BOXES, *IMAGE_SIZE, args.device)
     steps = {c.name: training_step(c, args.device, False) for c in built.values()}
-    medians = interleaved_medians({name: (lambda s=s: s(images, targets))
-                                   for name, s in steps.items()},
-                                  args.repeats, args.device, warmup=3)
+    fns = {name: (lambda s=s: s(images, targets)) for name, s in steps.items()}
+    fns.update({f"{c.name} network": network_pass(c, images) for c in built.values()})
+    medians = interleaved_medians(fns, args.repeats, args.device, warmup=3)
     floor = conv_floor(built["fcos-d2"], images, args.device, torch.float32, args.repeats)
     results = []
     for key, contender in built.items():
@@ -108,13 +129,19 @@ def row(args) -> List[dict]:
         results.append({"row": "host", "contender": contender.name, "batch": BATCH,
                         "seconds": seconds, "image_size": list(IMAGE_SIZE), "boxes": BOXES,
                         "floor_seconds": floor_seconds, "overhead_seconds": seconds - floor_seconds,
-                        "floor_conv": floor["conv"]})
+                        "floor_conv": floor["conv"],
+                        "network_seconds": medians[f"{contender.name} network"],
+                        "rest_seconds": seconds - medians[f"{contender.name} network"]})
     if missing:
         print(f"\n[host] {missing}")
         results.append({"row": "host", "contender": "detectron2 FCOS", "missing": missing})
     print_table(f"host: training iteration, ResNet-18 from scratch, {CHANNELS}-channel head, "
-                f"{BATCH} images of {'x'.join(map(str, IMAGE_SIZE))}", 
+                f"{BATCH} images of {'x'.join(map(str, IMAGE_SIZE))}",
                 [r for r in results if "seconds" in r], "torchvision")
+    for r in (r for r in results if "seconds" in r):
+        print(f"  {r['contender']:32s} backbone + head forward and backward alone "
+              f"{r['network_seconds'] * 1e3:7.1f} ms, the rest (pre-processing, targets, "
+              f"losses, SGD step) {r['rest_seconds'] * 1e3:7.1f} ms")
     results[0]["targets"] = target_ratios(results)
     return results
 

@@ -66,11 +66,18 @@ def test_the_host_row_times_the_three_tiny_fcos_and_keeps_each_overhead_over_its
         assert r["batch"] == 2 and r["image_size"] == [64, 96]
         assert 0 < r["floor_seconds"] < r["seconds"]
         assert r["overhead_seconds"] == pytest.approx(r["seconds"] - r["floor_seconds"])
+        assert r["rest_seconds"] == pytest.approx(r["seconds"] - r["network_seconds"])
+        assert r["network_seconds"] > 0
     if bc.detectron2_has_fcos():
         assert names[2] == "detectron2" and len(results[0]["targets"]) == 2
     else:
         assert "has no FCOS" in results[-1]["missing"] and len(results[0]["targets"]) == 1
     assert "[host: training iteration, ResNet-18 from scratch" in capsys.readouterr().out
+
+
+def test_tensors_in_nested_head_outputs_are_all_found_in_order():
+    a, b, c = torch.zeros(1), torch.ones(1), torch.full((1,), 2.0)
+    assert [t.item() for t in host_row.tensors_in(([a, b], {"x": c}))] == [0.0, 1.0, 2.0]
 
 
 def test_a_detectron2_without_fcos_is_named_and_left_out(monkeypatch):
