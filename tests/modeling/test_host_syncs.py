@@ -1,7 +1,7 @@
 """The hot path of fcos-d2's training step and inference asks the device for no values:
 none of the operations that wait for the device (``.item()``, ``.nonzero()``,
 ``bool(tensor)``, ``float(tensor)``, ``int(tensor)``, ``.cpu()``, ``.tolist()``, and
-indexing with a boolean mask, a hidden nonzero) is called in the model's forward + losses,
+reading or assigning through a boolean mask, a hidden nonzero) is called in the model's forward + losses,
 or in an inference call, but the exceptions listed in ALLOWED with the reason for each.
 
 On the CPU nothing waits, so the test counts the calls instead: it patches those methods
@@ -99,15 +99,23 @@ def sync_calls(monkeypatch):
             return __original(self, *args, **kwargs)
 
         monkeypatch.setattr(torch.Tensor, name, counted)
-    getitem = torch.Tensor.__getitem__
+    getitem, setitem = torch.Tensor.__getitem__, torch.Tensor.__setitem__
 
-    def indexed(self, index):
+    def count_masks(index):
         parts = index if isinstance(index, tuple) else (index,)
         if any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in parts):
-            calls[(*_caller(), MASK_INDEX)] += 1
+            calls[(*_caller(3), MASK_INDEX)] += 1
+
+    def indexed(self, index):
+        count_masks(index)
         return getitem(self, index)
 
+    def assigned(self, index, value):
+        count_masks(index)
+        return setitem(self, index, value)
+
     monkeypatch.setattr(torch.Tensor, "__getitem__", indexed)
+    monkeypatch.setattr(torch.Tensor, "__setitem__", assigned)
     return calls
 
 
@@ -119,8 +127,10 @@ def test_the_patch_counts_each_syncing_operation(sync_calls):
     x = torch.tensor([0.0, 2.0])
     x.item() if x.numel() == 1 else x[1].item()
     bool(x[1]), float(x[0]), int(x[1]), x.nonzero(), x.cpu(), x.tolist(), x[x > 1]
-    ours = {op for (path, _, op) in sync_calls if path == "tests/modeling/test_host_syncs.py"}
-    assert ours == {*SYNCING, MASK_INDEX}
+    x[x > 1] = 0.0
+    ours = Counter({op: n for (path, _, op), n in sync_calls.items()
+                    if path == "tests/modeling/test_host_syncs.py"})
+    assert set(ours) == {*SYNCING, MASK_INDEX} and ours[MASK_INDEX] == 2
 
 
 @pytest.mark.parametrize("fcos", [{}, {"LOSS_NORMALIZER": "ema"}], ids=["default", "ema"])
