@@ -34,11 +34,14 @@ ALLOWED = {
     # the focal loss's own nonzero; the weight sum's .item() and the IoU loss's branch on a
     # sum are gone).
     ("fcos_d2/modeling/losses.py", "positive_rows", "nonzero"): "training: the positives",
-    # Which (location, class) pairs pass the score threshold is data: one nonzero per level
-    # and image selects them (their number sizes everything after), as in torchvision and
-    # detectron2; it replaced a boolean mask plus a nonzero (two syncs).
-    ("fcos_d2/modeling/postprocess.py", "select_level_candidates_with_locations",
-     "nonzero"): "inference: the candidates above the score threshold",
+    # Which (location, class) pairs pass the score threshold is data: one nonzero for the
+    # whole batch selects them, and their counts per image and level, read once, split
+    # them for the per-level top-k (before: a boolean mask and a nonzero per level and
+    # image, 2 x 5 x N syncs).
+    ("fcos_d2/modeling/postprocess.py", "select_candidates_batched", "nonzero"):
+    "inference: the candidates above the score threshold",
+    ("fcos_d2/modeling/postprocess.py", "select_candidates_batched", "tolist"):
+    "inference: how many candidates each image and level has",
     # detectron2's Boxes.clip asserts that every box is finite (bool of a tensor): kept, a
     # NaN box must stop inference with detectron2's message rather than pass NMS.
     ("detectron2/structures/boxes.py", "clip", "__bool__"): "inference: detectron2 checks "
@@ -156,8 +159,7 @@ def test_an_inference_call_syncs_only_where_allowed(sync_calls, fast):
         outputs = model(inputs)
     assert len(outputs) == 2 and len(outputs[0]["instances"]) > 0
     assert _not_allowed(sync_calls) == {}
-    # one candidate selection per level and image, and no more
-    levels = len(model.strides)
-    selections = ("fcos_d2/modeling/postprocess.py", "select_level_candidates_with_locations",
-                  "nonzero")
-    assert sync_calls[selections] == levels * len(inputs)
+    # one candidate selection and one read of the counts for the batch, and no more
+    for operation in ("nonzero", "tolist"):
+        assert sync_calls[("fcos_d2/modeling/postprocess.py", "select_candidates_batched",
+                           operation)] == 1
