@@ -123,7 +123,7 @@ def row(args) -> List[dict]:
     medians = interleaved_medians(fns, args.repeats, args.device, warmup=3)
     floor = conv_floor(built["fcos-d2"], images, args.device, torch.float32, args.repeats)
     results = []
-    for key, contender in built.items():
+    for contender in built.values():
         floor_seconds = training_floor_seconds(contender, images, floor["flops_per_second"])
         seconds = medians[contender.name]
         results.append({"row": "host", "contender": contender.name, "batch": BATCH,

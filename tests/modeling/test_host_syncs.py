@@ -1,8 +1,9 @@
 """The hot path of fcos-d2's training step and inference asks the device for no values:
 none of the operations that wait for the device (``.item()``, ``.nonzero()``,
 ``bool(tensor)``, ``float(tensor)``, ``int(tensor)``, ``.cpu()``, ``.tolist()``, and
-reading or assigning through a boolean mask, a hidden nonzero) is called in the model's forward + losses,
-or in an inference call, but the exceptions listed in ALLOWED with the reason for each.
+reading or assigning through a boolean mask, a hidden nonzero) is called in the model's
+forward + losses, or in an inference call, but the exceptions listed in ALLOWED with the
+reason for each.
 
 On the CPU nothing waits, so the test counts the calls instead: it patches those methods
 of ``torch.Tensor`` and records the file and function of each caller.
