@@ -164,8 +164,12 @@ def speed_table(numbered: Numbered) -> List[str]:
         for r in (r for results in record["metrics"]["rows"].values() for r in results):
             if "seconds" in r and "contender" in r:
                 batch = r.get("batch", 1)
+                floor = r.get("floor_seconds")  # the arithmetic floor, where the row has one
                 timed.append([r["row"], r["contender"], batch, f"{r['seconds'] * 1e3:.1f}",
-                              f"{batch / r['seconds']:.2f}", device, threads, *trace])
+                              f"{batch / r['seconds']:.2f}",
+                              f"{floor * 1e3:.1f}" if floor else "",
+                              f"{r['seconds'] / floor:.1f}" if floor else "",
+                              device, threads, *trace])
             elif "part" in r:
                 ours, theirs = r["fcos_d2_seconds"], r["torchvision_seconds"]
                 parts.append([r["part"], f"{ours * 1e3:.1f}", f"{theirs * 1e3:.1f}",
@@ -175,8 +179,10 @@ def speed_table(numbered: Numbered) -> List[str]:
         targets += [[name, f"{value:.2f}", *trace]
                     for name, value in record["metrics"].get("targets", {}).items()]
     sections = [
-        ("Timed results:", ["row", "contender", "batch", "ms / batch", "images / s", "device",
-                            "threads"], timed),
+        ("Timed results (floor: the backbone + head FLOPs at the rate of the model's largest "
+         "conv in the row's precision, benchmarks/speed/floor.py):",
+         ["row", "contender", "batch", "ms / batch", "images / s", "floor ms", "x floor",
+          "device", "threads"], timed),
         ("Parts, fcos-d2 against torchvision on the same inputs:",
          ["part", "fcos-d2 ms", "torchvision ms", "torchvision / fcos-d2", "device",
           "threads"], parts),

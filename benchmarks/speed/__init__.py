@@ -20,6 +20,13 @@ Rows (``--rows``, comma-separated; default all):
              DatasetMapper on 800x1333 JPEGs with the COCO augmentations
   labelenc   the plain FCOS that LabelEnc's step 2 leaves (LEF and adapter stripped, loaded
              strictly) against plain FCOS-R50: latency, parameters, MACs
+  host       one training iteration of a tiny FCOS (ResNet-18 from scratch, 32-channel
+             head, 2 images of 64x96) of fcos-d2, torchvision and detectron2: each one's
+             host overhead per iteration (its time less its arithmetic floor)
+
+The inference, training and host rows show each result beside its arithmetic floor: the
+model's FLOPs over the rate of its own largest conv in that precision, timed in the same run
+(``floor``).
 
 Adding a row: one function ``row_<name>(args) -> List[dict]`` that prints its table and
 returns its results, and an entry in ``ROWS`` (``benchmarks.speed.cli``).
@@ -30,8 +37,9 @@ threads, every row's results, the target ratios, seconds) to
 
 The modules: ``timing`` (interleaved medians, autocast, training steps, tables),
 ``contenders`` (the three R-50 FCOS), ``whole_model`` (the inference, training, flops and
-memory rows), ``parts``, ``onnx_row``, ``compile_row``, ``loader_row``, ``labelenc_row``
-(the other rows) and ``cli`` (the rows by name, the targets, the command).
+memory rows), ``parts``, ``onnx_row``, ``compile_row``, ``loader_row``, ``labelenc_row``,
+``host_row`` (the other rows), ``floor`` (the arithmetic floors) and ``cli`` (the rows by
+name, the targets, the command).
 
 Usage: python -m benchmarks.speed [--rows inference,training] [--repeats 3] [--quick]
                                  [--device cpu|cuda] [--threads N] [--json output/benchmark.json]

@@ -63,6 +63,12 @@ def row_labelenc(args) -> List[dict]:
     return labelenc_row.row(args, interleaved_medians, backbone_head_macs, size(args))
 
 
+def row_host(args) -> List[dict]:
+    from benchmarks.speed import host_row
+
+    return host_row.row(args)
+
+
 def row_compile(args) -> List[dict]:
     from benchmarks.speed import compile_row
 
@@ -71,7 +77,7 @@ def row_compile(args) -> List[dict]:
 
 ROWS = {"inference": row_inference, "training": row_training, "flops": row_flops,
         "memory": row_memory, "parts": row_parts, "onnx": row_onnx, "loader": row_loader,
-        "compile": row_compile, "labelenc": row_labelenc}
+        "compile": row_compile, "labelenc": row_labelenc, "host": row_host}
 
 
 def target_ratios(rows: Dict[str, List[dict]], device: str,
@@ -102,7 +108,7 @@ def target_ratios(rows: Dict[str, List[dict]], device: str,
         if measured:
             ratios[f"training {tag} +CL / fcos-d2 fp32 (target <= 0.7)"] = \
                 training[f"fcos-d2 {tag} +CL"] / training["fcos-d2 fp32"]
-    for row in ("onnx", "loader", "compile"):
+    for row in ("onnx", "loader", "compile", "host"):
         for result in rows.get(row, []):
             ratios.update(result.get("targets", {}))
     if ratios:

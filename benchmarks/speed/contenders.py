@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 import fcos_d2
 from detectron2.config import get_cfg
+from detectron2.layers import ShapeSpec  # noqa: F401  (for the rows that build heads)
 from detectron2.modeling import build_model
 from detectron2.structures import Boxes, Instances
 from detectron2.utils.events import EventStorage
@@ -74,6 +75,21 @@ def _detectron2_style(name: str, model: nn.Module) -> Contender:
         backbone_head=backbone_head)
 
 
+detectron2_style = _detectron2_style  # the rows outside this module use the public name
+
+
+def detectron2_version() -> str:
+    return __import__("detectron2").__version__
+
+
+def detectron2_has_fcos() -> bool:
+    """Whether this detectron2 has its built-in FCOS (``meta_arch.fcos``: in main; some
+    builds that call themselves v0.6 predate it)."""
+    import importlib.util
+
+    return importlib.util.find_spec("detectron2.modeling.meta_arch.fcos") is not None
+
+
 def fcos_d2_contender(device: str, image_size=None, **fcos) -> Contender:
     """fcos-d2's R-50 FCOS, random weights; ``fcos``: MODEL.FCOS overrides."""
     return _detectron2_style("fcos-d2", build_model(fcos_d2_cfg(device, **fcos)).to(device))
@@ -87,7 +103,7 @@ def fcos_d2_inference_contender(device: str, image_size=None, **fcos) -> Contend
     return _detectron2_style("fcos-d2", inference_model(model, fast_inference_enabled(cfg)))
 
 
-def _group_norm_32(channels: int) -> nn.GroupNorm:
+def group_norm_32(channels: int) -> nn.GroupNorm:
     return nn.GroupNorm(32 if channels % 32 == 0 else 1, channels)
 
 
@@ -101,7 +117,7 @@ def detectron2_fcos_contender(device: str, image_size=None) -> Contender:
     cfg.backbone.bottom_up.freeze_at = 2
     # The same GN(32) towers; v0.6 probes its norm with get_norm("GN", 1), which current
     # torch rejects (1 channel in 32 groups), so pass the norm as a callable.
-    cfg.head.norm = _group_norm_32
+    cfg.head.norm = group_norm_32
     model = instantiate(cfg).to(device)
     name = f"detectron2 {__import__('detectron2').__version__} FCOS"
     return _detectron2_style(name, model)
@@ -116,14 +132,18 @@ def torchvision_contender(device: str, image_size: Tuple[int, int] = (800, 1216)
 
     model = fcos_resnet50_fpn(weights=None, weights_backbone=None, min_size=min(image_size),
                               max_size=max(image_size)).to(device)
+    return torchvision_style("torchvision", model)
 
+
+def torchvision_style(name: str, model: nn.Module) -> Contender:
+    """A torchvision detector taking a list of 0..1 images (and targets in training)."""
     def backbone_head(images):
         return model.head(list(model.backbone(images / 255).values()))
 
     def loss(images, targets):
         return sum(model([x / 255 for x in images], targets).values())
 
-    return Contender("torchvision", model, infer=lambda images: model([x / 255 for x in images]),
+    return Contender(name, model, infer=lambda images: model([x / 255 for x in images]),
                      loss=loss, backbone_head=backbone_head)
 
 

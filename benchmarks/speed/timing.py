@@ -51,14 +51,17 @@ def size(args) -> tuple:
 
 
 def print_table(title: str, results: List[dict], baseline: str) -> None:
-    """One line per result; ``ratio`` is its time over the ``baseline`` contender's."""
+    """One line per result; ``ratio`` is its time over the ``baseline`` contender's, and
+    its time over its arithmetic floor where it has one (``benchmarks.speed.floor``)."""
     print(f"\n[{title}]")
     base = {r["batch"]: r["seconds"] for r in results if r["contender"] == baseline}
     for r in results:
         r["ratio_to_" + baseline.replace(" ", "_")] = r["seconds"] / base[r["batch"]]
         print(f"  {r['contender']:32s} batch {r['batch']}  {r['seconds'] * 1e3:9.1f} ms/batch  "
               f"{r['seconds'] / r['batch'] * 1e3:9.1f} ms/image  "
-              f"{r['batch'] / r['seconds']:6.2f} images/s  {r['seconds'] / base[r['batch']]:.2f}x")
+              f"{r['batch'] / r['seconds']:6.2f} images/s  {r['seconds'] / base[r['batch']]:.2f}x"
+              + (f"  {r['seconds'] / r['floor_seconds']:6.1f}x floor" if "floor_seconds" in r
+                 else ""))
 
 
 def bf16_kind(device: str) -> str:

@@ -8,6 +8,7 @@ from typing import Callable, Dict, List
 import torch
 
 from benchmarks.speed import contenders as bc
+from benchmarks.speed.floor import attach_floors
 from benchmarks.speed.timing import (autocast_call, backbone_head_macs, interleaved_medians,
                                      low_tag, print_table, rss, size, training_step)
 
@@ -49,6 +50,7 @@ def row_inference(args) -> List[dict]:
             medians = interleaved_medians(fns, args.repeats, args.device)
         results += [{"row": "inference", "contender": name, "batch": batch, "seconds": t,
                      "image_size": list(size(args))} for name, t in medians.items()]
+    attach_floors(results, args.device, size(args), args.repeats, training=False)
     print_table(f"inference, R-50 FCOS, {'x'.join(map(str, size(args)))}, random weights",
                 results, "torchvision fp32")
     return results
@@ -72,6 +74,7 @@ def row_training(args) -> List[dict]:
     medians = interleaved_medians(fns, args.repeats, args.device)
     results = [{"row": "training", "contender": name, "batch": 2, "seconds": t, "boxes": 20,
                 "image_size": list(size(args))} for name, t in medians.items()]
+    attach_floors(results, args.device, size(args), args.repeats, training=True)
     print_table("training iteration (forward, backward, SGD step), 20 boxes per image",
                 results, "torchvision fp32")
     return results

@@ -107,36 +107,51 @@ def assign_targets_with_matches(
     per_level = torch.tensor([len(loc) for loc in locations], device=points.device)
     point_strides = points.new_tensor(strides).repeat_interleave(per_level)  # (R,)
     point_ranges = points.new_tensor(size_ranges).repeat_interleave(per_level, dim=0)  # (R, 2)
-    labels, targets, matches = [], [], []
-    for boxes, classes in zip(gt_boxes, gt_classes):
-        image_labels, image_targets, image_matches = _assign_image(
-            points, point_strides, point_ranges, boxes.to(points), classes,
-            center_sampling_radius, num_classes)
-        if norm_reg_targets:
-            image_targets = image_targets / point_strides[:, None]
-        labels.append(image_labels)
-        targets.append(image_targets)
-        matches.append(image_matches)
-    return torch.stack(labels), torch.stack(targets), torch.stack(matches)
+    boxes, classes = padded_boxes(gt_boxes, gt_classes, points)  # (N, M, 4), (N, M)
+    labels, targets, matches = _assign_batch(points, point_strides, point_ranges, boxes,
+                                             classes, center_sampling_radius, num_classes)
+    for i, image_boxes in enumerate(gt_boxes):
+        if len(image_boxes) == 0:  # no box to measure from: zeros, as background anywhere
+            targets[i] = 0
+    if norm_reg_targets:
+        targets = targets / point_strides[None, :, None]
+    return labels, targets, matches
 
 
-def _assign_image(
+def padded_boxes(gt_boxes: List[Tensor], gt_classes: List[Tensor],
+                 like: Tensor) -> Tuple[Tensor, Tensor]:
+    """Per image (Mi, 4) boxes and (Mi,) classes -> (N, M, 4) boxes as ``like``'s dtype and
+    device and (N, M) int64 classes, M the largest Mi, padded with the all-zero box (which
+    contains no point, in or out of center sampling) and class 0."""
+    most = max([len(b) for b in gt_boxes], default=0)
+    boxes = like.new_zeros((len(gt_boxes), most, 4))
+    classes = torch.zeros((len(gt_boxes), most), dtype=torch.int64, device=like.device)
+    for i, (image_boxes, image_classes) in enumerate(zip(gt_boxes, gt_classes)):
+        boxes[i, :len(image_boxes)] = image_boxes.to(like)
+        classes[i, :len(image_classes)] = image_classes.to(torch.int64)
+    return boxes, classes
+
+
+def _assign_batch(
     points: Tensor, strides: Tensor, ranges: Tensor, boxes: Tensor, classes: Tensor,
     radius: float, num_classes: int,
 ) -> Tuple[Tensor, Tensor, Tensor]:
-    """Targets of one image; shapes as in :func:`assign_targets`, for (R,) locations.
+    """Targets of the batch, before dividing by the strides: labels (N, R), (l, t, r, b)
+    (N, R, 4) and matches (N, R), for (R,) locations and (N, M, 4) padded boxes.
 
-    Works on (R, M) matrices one side at a time; the (l, t, r, b) of only the matched box
+    Works on (N, R, M) tensors one side at a time; the (l, t, r, b) of only the matched box
     is gathered at the end, which keeps a COCO-sized batch fast on the CPU.
     """
-    num_points = len(points)
-    if len(boxes) == 0:
-        return (torch.full((num_points,), num_classes, dtype=torch.int64, device=points.device),
-                points.new_zeros((num_points, 4)),
-                torch.full((num_points,), -1, dtype=torch.int64, device=points.device))
+    num_images, num_points = len(boxes), len(points)
+    if boxes.shape[1] == 0:
+        return (torch.full((num_images, num_points), num_classes, dtype=torch.int64,
+                           device=points.device),
+                points.new_zeros((num_images, num_points, 4)),
+                torch.full((num_images, num_points), -1, dtype=torch.int64,
+                           device=points.device))
     x, y = points[:, 0:1], points[:, 1:2]  # (R, 1)
-    x0, y0, x1, y1 = boxes.unbind(dim=1)  # (M,) each
-    left, top, right, bottom = x - x0, y - y0, x1 - x, y1 - y  # (R, M) each
+    x0, y0, x1, y1 = (side[:, None, :] for side in boxes.unbind(dim=2))  # (N, 1, M) each
+    left, top, right, bottom = x - x0, y - y0, x1 - x, y1 - y  # (N, R, M) each
     max_distance = torch.maximum(torch.maximum(left, right), torch.maximum(top, bottom))
     if radius > 0:  # the square around the center, clipped to the box
         half = strides[:, None] * radius  # (R, 1)
@@ -146,12 +161,12 @@ def _assign_image(
     else:
         inside = (left > 0) & (top > 0) & (right > 0) & (bottom > 0)
     inside &= (max_distance >= ranges[:, :1]) & (max_distance <= ranges[:, 1:])
-    area = (x1 - x0) * (y1 - y0)  # (M,)
-    cost = torch.where(inside, area[None, :], torch.full_like(max_distance, INF))
-    min_area, matched = cost.min(dim=1)  # (R,)
-    labels = classes.to(torch.int64)[matched]
-    labels[min_area == INF] = num_classes
-    box = boxes[matched]  # (R, 4)
-    targets = torch.stack([points[:, 0] - box[:, 0], points[:, 1] - box[:, 1],
-                           box[:, 2] - points[:, 0], box[:, 3] - points[:, 1]], dim=1)
-    return labels, targets, matched.masked_fill(min_area == INF, -1)
+    area = (x1 - x0) * (y1 - y0)  # (N, 1, M)
+    cost = torch.where(inside, area, torch.full_like(max_distance, INF))
+    min_area, matched = cost.min(dim=2)  # (N, R)
+    background = min_area == INF
+    labels = classes.gather(1, matched).masked_fill(background, num_classes)
+    box = boxes.gather(1, matched[..., None].expand(-1, -1, 4))  # (N, R, 4)
+    targets = torch.stack([points[:, 0] - box[..., 0], points[:, 1] - box[..., 1],
+                           box[..., 2] - points[:, 0], box[..., 3] - points[:, 1]], dim=2)
+    return labels, targets, matched.masked_fill(background, -1)

@@ -10,7 +10,7 @@ worker divides by the same number and gradients average correctly under DDP. An
 Under autocast (SOLVER.AMP.ENABLED) the head's outputs may be bf16/fp16; the losses are
 computed in float32 all the same (log, pow and the sums lose too much in 8 mantissa bits).
 """
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.distributed as dist
@@ -61,30 +61,37 @@ def iou_loss(pred: Tensor, target: Tensor, weight: Tensor, loss_type: str,
     else:
         enclosing = (outer[:, 0] + outer[:, 2]) * (outer[:, 1] + outer[:, 3]) + 1e-7
         losses = 1 - (iou - (enclosing - union) / enclosing)
-    if weight.sum() > 0:
-        return (losses * weight).sum()
-    return losses.sum()
+    # chosen on the device: a Python branch on the sum would wait for it
+    return torch.where(weight.sum() > 0, (losses * weight).sum(), losses.sum())
 
 
 def sigmoid_focal_loss_sparse(logits: Tensor, labels: Tensor, *, alpha: float,
-                              gamma: float) -> Tensor:
+                              gamma: float, rows: Optional[Tensor] = None) -> Tensor:
     """Summed sigmoid focal loss of (P, K) logits against (P,) labels in [0, K] (K: none).
 
     Equal to the focal loss against one-hot targets, computed without building them: every
     entry first counts as a negative, then the P' positive entries are corrected. The
     negative term -(1 - alpha) p^gamma log(1 - p) uses log(1 - p) = -softplus(x).
+    ``rows``: the (P',) positive rows where the caller has them (saves a host sync).
     """
     probs = logits.sigmoid()
     negative = (1 - alpha) * probs.pow(gamma) * F.softplus(logits)  # (P, K)
-    rows = (labels < logits.shape[1]).nonzero(as_tuple=True)[0]  # (P',)
+    rows = positive_rows(labels, logits.shape[1]) if rows is None else rows  # (P',)
     x = logits[rows, labels[rows]]  # (P',)
     p = probs[rows, labels[rows]]
     positive = alpha * (1 - p).pow(gamma) * F.softplus(-x)
     return negative.sum() + (positive - negative[rows, labels[rows]]).sum()
 
 
+def positive_rows(labels: Tensor, num_classes: int) -> Tensor:
+    """(P,) labels in [0, K] -> the (P',) indices of those below K, in order. A nonzero:
+    the one host sync of the losses, as P' sizes everything about the positives."""
+    return (labels < num_classes).nonzero(as_tuple=True)[0]
+
+
 def quality_focal_loss_sparse(logits: Tensor, labels: Tensor, quality: Tensor, *,
-                              beta: float = QUALITY_FOCAL_BETA) -> Tensor:
+                              beta: float = QUALITY_FOCAL_BETA,
+                              rows: Optional[Tensor] = None) -> Tensor:
     """Summed quality focal loss (GFL, Li et al. 2020) of (P, K) logits against (P,) labels
     in [0, K] (K: none), where the P' positives' targets are `quality` (P',) in [0, 1], in
     the order of the positive rows, instead of 1.
@@ -96,7 +103,7 @@ def quality_focal_loss_sparse(logits: Tensor, labels: Tensor, quality: Tensor, *
     """
     probs = logits.sigmoid()
     negative = probs.pow(beta) * F.softplus(logits)  # (P, K)
-    rows = (labels < logits.shape[1]).nonzero(as_tuple=True)[0]  # (P',)
+    rows = positive_rows(labels, logits.shape[1]) if rows is None else rows  # (P',)
     x, p = logits[rows, labels[rows]], probs[rows, labels[rows]]  # (P',)
     positive = F.binary_cross_entropy_with_logits(x, quality, reduction="none") \
         * (quality - p).abs().pow(beta)
@@ -132,6 +139,20 @@ def mean_over_workers(value: float) -> float:
     return means_over_workers([value])[0]
 
 
+def loss_normalizers(num_positives: float, weight_sum: Tensor) -> Tuple[float, Tensor]:
+    """The batch's (positives, box-loss weight sum), each averaged over workers.
+
+    One worker: as they are, the weight sum left a tensor on its device, so that the step
+    never waits for it (the positives' count is on the host already: boolean indexing gave
+    it). Several workers: one all-reduce of both (every worker takes part, also one without
+    positives), read back to the host as floats.
+    """
+    if comm.get_world_size() == 1:
+        return num_positives, weight_sum
+    num_positives, total = means_over_workers([num_positives, float(weight_sum)])
+    return num_positives, weight_sum.new_tensor(total)
+
+
 class EMANormalizer:
     """Exponential moving averages of the two loss normalizers (positives, box-loss weight
     sum), as detectron2's dense detectors smooth theirs: ``new = m * old + (1 - m) * x``.
@@ -145,7 +166,12 @@ class EMANormalizer:
         self.initial, self.momentum = initial, momentum
         self.values: Optional[Tuple[float, float]] = None
 
-    def __call__(self, num_positives: float, weight_sum: float) -> Tuple[float, float]:
+    def __call__(self, num_positives: float, weight_sum: Union[float, Tensor]
+                 ) -> Tuple[float, Union[float, Tensor]]:
+        """A tensor ``weight_sum`` stays a tensor (no host sync), in float64 so that the
+        averages are those of Python floats."""
+        if isinstance(weight_sum, Tensor):
+            weight_sum = weight_sum.double()
         if self.values is None:
             mean_weight = weight_sum / num_positives if num_positives > 0 else 1.0
             self.values = (self.initial, self.initial * mean_weight)
@@ -213,26 +239,26 @@ def _fcos_losses(logits: Tensor, reg_pred: Tensor, ctr_logits: Tensor, labels: T
         raise ValueError(f"MODEL.FCOS.CLS_LOSS: unknown '{cls_loss}', expected one of "
                          f"{CLS_LOSSES}")
     labels = labels.reshape(-1)  # (N * R,)
-    positive = labels < num_classes
-    reg_pred = reg_pred.reshape(-1, 4)[positive]  # (P, 4)
-    ctr_logits = ctr_logits.reshape(-1)[positive]  # (P,)
-    reg_targets = reg_targets.reshape(-1, 4)[positive]  # (P, 4)
+    rows = positive_rows(labels, num_classes)  # (P,), the same order as a boolean mask's
+    reg_pred = reg_pred.reshape(-1, 4)[rows]  # (P, 4)
+    ctr_logits = ctr_logits.reshape(-1)[rows]  # (P,)
+    reg_targets = reg_targets.reshape(-1, 4)[rows]  # (P, 4)
     if cls_loss == "focal":
         loss_cls = sigmoid_focal_loss_sparse(logits.reshape(-1, num_classes), labels,
-                                             alpha=focal_alpha, gamma=focal_gamma)
+                                             alpha=focal_alpha, gamma=focal_gamma, rows=rows)
     else:  # positives in the order of labels' positive rows, as reg_pred's
         quality = box_iou_ltrb(reg_pred.detach(), reg_targets)
-        loss_cls = quality_focal_loss_sparse(logits.reshape(-1, num_classes), labels, quality)
+        loss_cls = quality_focal_loss_sparse(logits.reshape(-1, num_classes), labels, quality,
+                                             rows=rows)
     ctr_targets = centerness_targets(reg_targets)
     loc_weights = ctr_targets if loc_weighting == "centerness" else torch.ones_like(ctr_targets)
-    # One reduction for both normalizers; every worker takes part, also one without positives.
-    num_positives, weight_sum = means_over_workers(
-        [float(len(ctr_targets)), float(loc_weights.sum().item())])
+    num_positives, weight_sum = loss_normalizers(float(len(ctr_targets)), loc_weights.sum())
     if normalizer is not None:
         num_positives, weight_sum = normalizer(num_positives, weight_sum)
     if len(ctr_targets) > 0:
+        # float32 divisor: the value a Python float divisor would have been rounded to
         loss_loc = iou_loss(reg_pred, reg_targets, loc_weights, loc_loss_type,
-                            iou_smooth) / weight_sum
+                            iou_smooth) / torch.as_tensor(weight_sum, dtype=reg_pred.dtype)
         loss_ctr = F.binary_cross_entropy_with_logits(ctr_logits, ctr_targets, reduction="sum")
     else:  # zero, but keeps the graph connected so that DDP sees every parameter used
         loss_loc, loss_ctr = reg_pred.sum() * 0, ctr_logits.sum() * 0

@@ -27,7 +27,7 @@ from .fast_inference import InferenceCopy
 from .head import FCOSHead
 from .losses import (CLS_LOSSES, LOC_LOSS_TYPES, LOC_LOSS_WEIGHTINGS, LOSS_NORMALIZERS,
                      EMANormalizer, fcos_losses)
-from .postprocess import THRESHOLD_ON, postprocess_image_with_locations
+from .postprocess import THRESHOLD_ON, detections_of_candidates, select_candidates_batched
 
 # MODEL.FCOS.ASSIGNER: who picks the positives (assignment.py or atss.py).
 ASSIGNERS = ("fcos", "atss")
@@ -239,21 +239,19 @@ class FCOSBase(nn.Module):
         score_thresh: float, topk_candidates: int, nms_thresh: float, max_detections: int,
     ) -> List[Tuple[Instances, Tensor]]:
         """:meth:`select`, with each detection's location index (D,) among the R locations
-        of all levels (``postprocess_image_with_locations``)."""
+        of all levels: ``postprocess_image_with_locations`` on every image, its candidate
+        selection batched (``select_candidates_batched``: two host syncs per batch)."""
         logits, regression, centerness = ([x.float() for x in outputs]
                                           for outputs in (logits, regression, centerness))
         regression = self.regression_in_pixels(regression)
         per_level = lambda outputs: [x.flatten(2).transpose(1, 2) for x in outputs]  # (N, HiWi, C)
         logits, regression, centerness = map(per_level, (logits, regression, centerness))
-        return [
-            postprocess_image_with_locations(
-                [x[i] for x in logits], [x[i] for x in regression],
-                [x[i, :, 0] for x in centerness], locations, image_size,
-                score_thresh=score_thresh, topk_candidates=topk_candidates,
-                nms_thresh=nms_thresh, max_detections=max_detections,
-                threshold_on=self.score_thresh_on)
-            for i, image_size in enumerate(image_sizes)
-        ]
+        candidates = select_candidates_batched(
+            logits, regression, [x[..., 0] for x in centerness], locations,
+            score_thresh=score_thresh, topk=topk_candidates, threshold_on=self.score_thresh_on)
+        return [detections_of_candidates(*image_candidates, image_size, nms_thresh=nms_thresh,
+                                         max_detections=max_detections)
+                for image_candidates, image_size in zip(candidates, image_sizes)]
 
 
 @META_ARCH_REGISTRY.register()

@@ -1,4 +1,6 @@
 """FCOS inference: candidates per level, decoding, class-wise NMS. Pure functions.
+``select_candidates_batched`` selects the candidates of a whole batch at once (what the
+model runs); ``postprocess_image`` does one image, level by level; both give the same.
 
 Symbols: K foreground classes; for one image and level i, Ri = Hi * Wi locations;
 C candidates (location, class) that pass the score threshold; D final detections.
@@ -95,8 +97,10 @@ def select_level_candidates_with_locations(
     """
     scores, candidates = candidate_scores(logits, ctr_logits, score_thresh=score_thresh,
                                           threshold_on=threshold_on)  # (Ri, K) each
-    scores = scores[candidates]  # (C,)
-    location_idx, classes = candidates.nonzero(as_tuple=True)
+    # One nonzero (one host sync) gives both indices; they index the scores in the same
+    # row-major order as the boolean mask would, without a second sync for its count.
+    location_idx, classes = candidates.nonzero(as_tuple=True)  # (C,) each
+    scores = scores[location_idx, classes]  # (C,)
     if len(scores) > topk:
         scores, keep = scores.topk(topk, sorted=False)
         location_idx, classes = location_idx[keep], classes[keep]
@@ -163,6 +167,16 @@ def postprocess_image_with_locations(
     offsets = list(itertools.accumulate([0] + [len(x) for x in locations[:-1]]))
     boxes, scores, classes, location_idx = (torch.cat(parts) for parts in zip(*[
         (*level[:3], level[3] + offset) for level, offset in zip(per_level, offsets)]))
+    return detections_of_candidates(boxes, scores, classes, location_idx, image_size,
+                                    nms_thresh=nms_thresh, max_detections=max_detections)
+
+
+def detections_of_candidates(boxes: Tensor, scores: Tensor, classes: Tensor,
+                             location_idx: Tensor, image_size: Tuple[int, int], *,
+                             nms_thresh: float, max_detections: int) -> Tuple[Instances, Tensor]:
+    """One image's (C, 4) XYXY candidate boxes, (C,) scores (probability * centerness),
+    classes and location indices -> its detections (clipped, square-rooted scores,
+    class-wise NMS, the ``max_detections`` best, best first) and their location indices."""
     boxes = Boxes(boxes)
     boxes.clip(image_size)
     scores = torch.sqrt(scores)
@@ -173,3 +187,60 @@ def postprocess_image_with_locations(
     result.scores = scores[keep]
     result.pred_classes = classes[keep]
     return result, location_idx[keep]
+
+
+def select_candidates_batched(
+    logits: List[Tensor],
+    ltrb: List[Tensor],
+    ctr_logits: List[Tensor],
+    locations: List[Tensor],
+    *,
+    score_thresh: float,
+    topk: int,
+    threshold_on: str = "probability",
+) -> List[Tuple[Tensor, Tensor, Tensor, Tensor]]:
+    """:func:`select_level_candidates_with_locations` on every level of every image, its
+    candidates of the levels of each image concatenated, the location indices counted over
+    all levels (as :func:`postprocess_image_with_locations` does), with two host syncs for
+    the whole batch (a nonzero and the counts per image and level) instead of one per level
+    and image. The same candidates, in the same order.
+
+    Args:
+        logits, ltrb, ctr_logits: per level (N, Ri, K), (N, Ri, 4) and (N, Ri).
+        locations: per level (Ri, 2).
+
+    Returns:
+        per image: boxes (C, 4) XYXY, scores (C,), classes (C,), location indices (C,).
+    """
+    num_images, num_levels = len(logits[0]), len(logits)
+    # per level and image, as postprocess_image does, then stacked: a kernel's vector and
+    # scalar paths round differently, and a batched call would move which elements take
+    # which; this way the scores are the same to the bit
+    scores, candidates = (torch.stack(x) for x in zip(*(
+        [torch.cat(x) for x in zip(*(
+            candidate_scores(x[i], c[i], score_thresh=score_thresh, threshold_on=threshold_on)
+            for x, c in zip(logits, ctr_logits)))]
+        for i in range(num_images))))  # (N, R, K) each
+    # image-major, then location (so level-major), then class: each level's own order
+    image, location, classes = candidates.nonzero(as_tuple=True)  # (C,) each
+    scores = scores[image, location, classes]  # (C,)
+    sizes = torch.tensor([len(x) for x in locations], device=location.device)
+    level = torch.repeat_interleave(torch.arange(num_levels, device=location.device),
+                                    sizes)[location]  # (C,)
+    counts = torch.bincount(image * num_levels + level, minlength=num_images * num_levels)
+    counts = counts.tolist()  # the second and last sync
+    chunks = zip(*(x.split(counts) for x in (scores, location, classes)))
+    points, ltrb = torch.cat(locations), torch.cat(ltrb, 1)  # (R, 2), (N, R, 4)
+    per_image = []
+    for i in range(num_images):
+        kept = []
+        for _ in range(num_levels):
+            level_scores, level_location, level_classes = next(chunks)
+            if len(level_scores) > topk:
+                level_scores, keep = level_scores.topk(topk, sorted=False)
+                level_location, level_classes = level_location[keep], level_classes[keep]
+            kept.append((level_scores, level_location, level_classes))
+        image_scores, image_location, image_classes = (torch.cat(x) for x in zip(*kept))
+        boxes = decode_boxes(points[image_location], ltrb[i, image_location])
+        per_image.append((boxes, image_scores, image_classes, image_location))
+    return per_image

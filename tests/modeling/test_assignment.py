@@ -85,3 +85,24 @@ def test_matches_name_the_box_each_positive_was_assigned_and_minus_one_for_backg
         norm_reg_targets=False)
     assert labels.tolist() == [[2, 3, 3], [BG, BG, BG]]
     assert matched.tolist() == [[1, 0, 0], [-1, -1, -1]]
+
+
+def test_a_batch_of_unequal_box_counts_assigns_each_image_as_if_alone():
+    """The images are assigned together, their boxes padded to the largest count: padding
+    is never matched, and an image without boxes keeps zero targets."""
+    from fcos_d2.modeling.assignment import assign_targets_with_matches
+
+    points = [torch.tensor([[30.0, 20.0], [5.0, 5.0], [80.0, 80.0]])]
+    boxes = [torch.tensor([[0.0, 0.0, 100.0, 100.0], [10.0, 10.0, 50.0, 40.0]]),
+             torch.tensor([[0.0, 0.0, 40.0, 30.0]]), torch.zeros((0, 4))]
+    classes = [torch.tensor([3, 2]), torch.tensor([1]), torch.zeros((0,), dtype=torch.int64)]
+    options = dict(strides=(8,), size_ranges=((-1, math.inf),), center_sampling_radius=0.0,
+                   num_classes=BG, norm_reg_targets=False)
+    labels, targets, matched = assign_targets_with_matches(points, boxes, classes, **options)
+    assert labels.tolist() == [[2, 3, 3], [1, 1, BG], [BG, BG, BG]]
+    assert matched.tolist() == [[1, 0, 0], [0, 0, -1], [-1, -1, -1]]
+    # (30, 20) in box [0, 0, 40, 30]: l, t, r, b = 30, 20, 10, 10
+    assert targets[1, 0].tolist() == [30, 20, 10, 10] and not targets[2].any()
+    for i in range(3):  # each image alone gives the same
+        alone = assign_targets_with_matches(points, boxes[i:i + 1], classes[i:i + 1], **options)
+        assert all(torch.equal(a[0], b[i]) for a, b in zip(alone, (labels, targets, matched)))

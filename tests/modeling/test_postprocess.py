@@ -98,3 +98,34 @@ def test_detections_name_their_location_among_all_levels():
         nms_thresh=0.6, max_detections=10)
     assert result.pred_boxes.tensor.tolist() == [[75, 75, 85, 85], [35, 5, 45, 15]]
     assert location_idx.tolist() == [4, 1]
+
+
+def test_batched_candidates_are_each_images_levels_concatenated_with_the_per_level_topk():
+    from fcos_d2.modeling.postprocess import (select_candidates_batched,
+                                              select_level_candidates_with_locations)
+
+    # 2 images, level 0 with 3 locations and level 1 with 1, 2 classes; logit > 0 passes 0.5
+    no = -9.0
+    logits = [torch.tensor([[[2.0, no], [1.0, 3.0], [no, no]], [[no, no]] * 3]),
+              torch.tensor([[[0.5, no]], [[no, 4.0]]])]
+    ltrb = [torch.ones(2, 3, 4), torch.full((2, 1, 4), 2.0)]
+    ctr = [torch.zeros(2, 3), torch.zeros(2, 1)]  # centerness 0.5 everywhere
+    locations = [torch.tensor([[4.0, 4.0], [12.0, 4.0], [20.0, 4.0]]), torch.tensor([[8.0, 8.0]])]
+    first, second = select_candidates_batched(logits, ltrb, ctr, locations, score_thresh=0.5,
+                                              topk=2)
+    boxes, scores, classes, location_idx = first
+    # level 0 has 3 candidates, its 2 best kept (class 1 at location 1, class 0 at 0)
+    kept = sorted(zip(location_idx.tolist(), classes.tolist()))
+    assert kept == [(0, 0), (1, 1), (3, 0)]
+    assert location_idx[-1] == 3 and boxes[-1].tolist() == [6.0, 6.0, 10.0, 10.0]
+    assert scores[-1].item() == pytest.approx(torch.sigmoid(torch.tensor(0.5)).item() * 0.5)
+    boxes, scores, classes, location_idx = second
+    assert location_idx.tolist() == [3] and classes.tolist() == [1]
+    for image, result in enumerate((first, second)):  # the per-level function, image by image
+        per_level = [select_level_candidates_with_locations(
+            x[image], r[image], c[image], p, score_thresh=0.5, topk=2)
+            for x, r, c, p in zip(logits, ltrb, ctr, locations)]
+        offsets = (0, 3)  # level 1's locations come after level 0's 3
+        expected = [torch.cat([level[k] + (offset if k == 3 else 0)
+                               for level, offset in zip(per_level, offsets)]) for k in range(4)]
+        assert all(torch.equal(a, b) for a, b in zip(result, expected))
