@@ -32,6 +32,7 @@ from fcos_d2.checkpoint import FCOSCheckpointer  # noqa: E402
 from fcos_d2.data import prepare_dataset  # noqa: E402
 from fcos_d2.engine import CPUAMPTrainer  # noqa: E402
 from fcos_d2.engine.amp import cpu_autocast_dtype  # noqa: E402
+from fcos_d2.engine.final_checkpoint import ProveFinalCheckpoint  # noqa: E402
 from fcos_d2.engine.heartbeat import ReportProgress  # noqa: E402
 from fcos_d2.engine.hooks import WarnOnLowDiskSpace  # noqa: E402
 from fcos_d2.engine.launch import add_launcher_arguments, launch_from_args  # noqa: E402
@@ -95,6 +96,7 @@ def do_train(args, cfg) -> None:
         hooks.PeriodicCheckpointer(checkpointer, **cfg.train.checkpointer) if main_process
         else None,
         SaveOnPreemption(checkpointer),  # no data-stream state: resumes, but not exactly
+        ProveFinalCheckpoint(checkpointer),  # model_final.pth verified, or a non-zero exit
         hooks.EvalHook(cfg.train.eval_period, lambda: do_test(cfg, model)),
         hooks.PeriodicWriter(default_writers(cfg.train.output_dir, cfg.train.max_iter),
                              period=cfg.train.log_period) if main_process else None,

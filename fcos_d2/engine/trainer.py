@@ -41,6 +41,7 @@ from ..report.evaluator import ReportingCOCOEvaluator
 from .amp import CPUAMPTrainer, cpu_autocast_dtype
 from .compile import ReportCompileTime, compile_in_place
 from .heartbeat import ReportProgress
+from .final_checkpoint import ProveFinalCheckpoint
 from .hooks import StopOnNonFiniteLoss, WarnOnLowDiskSpace
 from .launch import add_launcher_arguments, launch_from_args
 from .preemption import SaveOnPreemption
@@ -60,7 +61,8 @@ class Trainer(DefaultTrainer):
     """DefaultTrainer with COCO box evaluation, a summary.txt per evaluation, data loaders
     that use FCOSDatasetMapper and drop invalid boxes, atomic checkpoints (FCOSCheckpointer),
     exact resume (data stream and RNG states in the checkpoints), a stop on a non-finite loss,
-    a checkpoint and exit status 75 on a preemption signal, heartbeat progress reports, a
+    a checkpoint and exit status 75 on a preemption signal, a verified model_final.pth
+    at the end (fcos_d2.engine.final_checkpoint), heartbeat progress reports, a
     warning when OUTPUT_DIR is short of space,
     SOLVER.AMP.ENABLED on the CPU (bf16 autocast where the CPU has native bf16, float32
     elsewhere unless MODEL.FCOS.CPU_BF16 says "always"; detectron2's AMPTrainer is
@@ -185,6 +187,8 @@ class Trainer(DefaultTrainer):
         # after the LR scheduler and the checkpointer (rank 0), before the evaluation
         evaluation = next(i for i, h in enumerate(hook_list) if isinstance(h, hooks.EvalHook))
         hook_list.insert(evaluation, SaveOnPreemption(self.checkpointer, exact_resume))
+        # also before the evaluation: a run that did not save its final model ends there
+        hook_list.insert(evaluation + 1, ProveFinalCheckpoint(self.checkpointer))
         if self.skip_final_eval:  # the same evaluation function (EvalHook._func in v0.6 and
             # main), in a hook that skips the evaluation after the last iteration
             eval_hook = next(h for h in hook_list if isinstance(h, hooks.EvalHook))
