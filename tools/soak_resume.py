@@ -6,7 +6,8 @@ final weights equal, bit for bit, to an uninterrupted run's.
     python tools/soak_resume.py --tries 30 --small --variants training-workers-2
     python tools/soak_resume.py --replay 17          # one try again, from its seed
 
-Each try is a short training of configs/quickstart.yaml (``fcos-d2-train``) on 8 synthetic
+Each try is a short training of configs/quickstart.yaml (``fcos-d2-train``'s command line,
+in a fork of this process) on 8 synthetic
 images of 128x160 registered with --register-coco (SOLVER.MAX_ITER 80, CHECKPOINT_PERIOD
 10, SEED 3, INPUT.RANDOM_FLIP none, TEST.EVAL_PERIOD 0; ``--small``: a narrower model and
 MAX_ITER 40), killed with SIGKILL (its whole process group: the workers too), then run
@@ -32,6 +33,7 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +46,7 @@ from fcos_d2.checkpoint.atomic import PAUSE_VARIABLE
 from fcos_d2.checkpoint.safe_load import load_torch_file
 from fcos_d2.config import get_config_file
 from fcos_d2.data import synthetic
+from fcos_d2.engine.trainer import run_from_command_line
 
 VARIANTS = ("plain", "loader-workers-2", "training-workers-2")
 AIMED_SHARE = 0.4  # of the first kills: inside a checkpoint write
@@ -149,27 +152,64 @@ def training_argv(args, data: Path, variant: str, output: Path) -> List[str]:
 
 def run_training(argv: List[str], log: Path, kill: Optional[Kill], duration: float,
                  timeout: float) -> Tuple[Optional[int], str]:
-    """Runs fcos-d2-train; (exit status or None, "killed" | "ended" | "timeout")."""
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    env.pop(PAUSE_VARIABLE, None)
+    """Runs fcos-d2-train ``argv`` in a fork of this process (which imported it once: a
+    fresh interpreter spends seconds on imports, where most timed kills would land), in a
+    session of its own, so that a kill takes its workers too. Returns (exit status or
+    None, "killed" | "ended" | "timeout")."""
     marker = log.with_suffix(".paused")
-    if kill is not None and kill.pause:
-        env[PAUSE_VARIABLE] = f"{kill.pause}:{marker}"
-    with open(log, "w") as out:
-        process = subprocess.Popen([sys.executable, "-m", "fcos_d2.train_net", *argv],
-                                   stdout=out, stderr=subprocess.STDOUT, env=env,
-                                   start_new_session=True)  # its own group: workers too
+    pause = {PAUSE_VARIABLE: f"{kill.pause}:{marker}"} if kill is not None and kill.pause else {}
+    pid = _forked(_train, argv, log, pause)
     started = time.time()
     kill_at = started + kill.fraction * duration if kill and kill.fraction is not None else None
-    while process.poll() is None:
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status), "ended"
         now = time.time()
         due = (kill_at is not None and now >= kill_at) or marker.exists()
         if due or now - started > timeout:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+            os.killpg(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
             return None, "killed" if due else "timeout"
         time.sleep(0.02)
-    return process.returncode, "ended"
+
+
+def _forked(function, *args) -> int:
+    """Runs ``function(*args)`` in a child process; returns its pid. This process only
+    imports and forks: it computes nothing with torch (its thread pools stay unstarted)."""
+    sys.stdout.flush(), sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:
+        os.setsid()
+        code = function(*args)
+    except SystemExit as error:  # Preempted: 75
+        code = error.code if isinstance(error.code, int) else int(error.code is not None)
+    except BaseException:  # noqa: BLE001  (the child's traceback goes to its log)
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush(), sys.stderr.flush()
+        os._exit(code)
+
+
+def _train(argv: List[str], log: Path, env: dict) -> int:
+    """In the fork: the training's output to ``log``, then fcos-d2-train's command line."""
+    descriptor = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(descriptor, 1), os.dup2(descriptor, 2)
+    os.environ.pop(PAUSE_VARIABLE, None)
+    os.environ.update(env)
+    run_from_command_line(argv)
+    return 0
+
+
+def _judged(path: Path, reference: Path) -> Optional[str]:
+    """``same_weights`` in a fork (it computes with torch; see ``_forked``)."""
+    codes = {None: 0, "missing-final": 10, "unreadable-final": 11, "weights-differ": 12}
+    pid = _forked(lambda: codes[same_weights(path, reference)])
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    return next((kind for kind, c in codes.items() if c == code), f"judge-exit-{code}")
 
 
 def same_weights(path: Path, reference: Path) -> Optional[str]:
@@ -227,7 +267,7 @@ def run_try(args, data: Path, plan: Plan, reference: Path, duration: float) -> R
             os.killpg(hog.pid, signal.SIGKILL)
             hog.wait()
     if result.failure is None:
-        result.failure = same_weights(result.folder / "output" / "model_final.pth", reference)
+        result.failure = _judged(result.folder / "output" / "model_final.pth", reference)
     return result
 
 
