@@ -184,3 +184,40 @@ def test_a_malformed_pause_names_the_variable_and_the_form(tmp_path, monkeypatch
     with pytest.raises(ValueError, match="FCOS_D2_TEST_PAUSE_IN_SAVE='renamed:x': expected"):
         atomic.atomic_write(str(tmp_path / "x"), lambda f: f.write(b"1"))
     assert not list(tmp_path.iterdir())  # and nothing half-written is left
+
+
+# -- the window of issue 53, with a real SIGKILL ------------------------------------------
+def test_train_net_killed_between_the_last_periodic_save_and_model_final_resumes_to_it(
+        scripts, dataset, tmp_path):
+    """train_net.py stopped by the atomic save's test pause just before model_final.pth is
+    renamed into place (last_checkpoint names model_0000003.pth, of the last iteration),
+    killed there, then resumed: exit 0 with model_final.pth, equal to an uninterrupted run's."""
+    def argv(output, *flags):
+        return ["--config-file", "configs/quickstart.yaml", "--register-coco", "tiny",
+                str(dataset / "annotations.json"), str(dataset / "images"), "--skip-test",
+                *flags, "MODEL.DEVICE", "cpu", "MODEL.FPN.OUT_CHANNELS", "32",
+                "MODEL.FCOS.NUM_CONVS", "1", "SOLVER.AMP.ENABLED", "False", "SEED", "7",
+                "SOLVER.IMS_PER_BATCH", "2", "SOLVER.MAX_ITER", "4",
+                "SOLVER.CHECKPOINT_PERIOD", "2", "DATASETS.TRAIN", "('tiny',)",
+                "DATASETS.TEST", "('tiny',)", "OUTPUT_DIR", str(output)]
+
+    marker = tmp_path / "paused"
+    whole = scripts.start(argv(tmp_path / "whole"), log=tmp_path / "whole.log")
+    killed = scripts.start(argv(tmp_path / "killed"), log=tmp_path / "killed.log", env={
+        atomic.PAUSE_VARIABLE: f"written:model_final.pth:1:{marker}"})
+    deadline = time.time() + 300
+    while not marker.exists() and time.time() < deadline:
+        time.sleep(0.05)
+    os.kill(killed, signal.SIGKILL)
+    assert scripts.wait(killed)[0] == -signal.SIGKILL
+    assert scripts.wait(whole)[0] == 0, (tmp_path / "whole.log").read_text()[-3000:]
+    output = tmp_path / "killed"
+    assert (output / "last_checkpoint").read_text() == "model_0000003.pth"
+    assert not (output / "model_final.pth").exists()
+    resumed = scripts.start(argv(output, "--resume"), log=tmp_path / "resumed.log")
+    assert scripts.wait(resumed)[0] == 0, (tmp_path / "resumed.log").read_text()[-3000:]
+    assert "Starting training from iteration 4" in (tmp_path / "resumed.log").read_text()
+    final = torch.load(output / "model_final.pth", weights_only=True)
+    expected = torch.load(tmp_path / "whole" / "model_final.pth", weights_only=True)
+    assert final["iteration"] == 3
+    assert all(final["model"][k].equal(v) for k, v in expected["model"].items())
