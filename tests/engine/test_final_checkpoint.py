@@ -2,6 +2,7 @@
 run resumed between the last two saves still writes it, and the preemption checkpoint is
 verified before status 75. Also the test pause of the atomic save (FCOS_D2_TEST_PAUSE_IN_SAVE).
 """
+import importlib.util
 import os
 import signal
 import time
@@ -13,7 +14,7 @@ import torch
 from detectron2.config import get_cfg
 from torch import nn
 
-from fcos_d2 import add_fcos_config
+from fcos_d2 import add_fcos_config, get_config_file
 from fcos_d2.checkpoint import FCOSCheckpointer, atomic
 from fcos_d2.engine import preemption
 from fcos_d2.engine.final_checkpoint import (ProveFinalCheckpoint, UnverifiedCheckpointError,
@@ -129,6 +130,27 @@ def test_a_run_that_stopped_early_is_not_judged_by_its_final_checkpoint(tmp_path
     hook.after_train()  # the exception propagating says what happened; nothing added
     assert not (tmp_path / "model_final.pth").exists()
 
+
+
+def test_the_lazyconfig_tool_also_ends_with_an_error_when_its_final_save_vanishes(
+        tmp_path, data, monkeypatch):
+    spec = importlib.util.spec_from_file_location("lazy_tool",
+                                                  REPO / "tools" / "lazyconfig_train_net.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    save = FCOSCheckpointer.save
+    monkeypatch.setattr(FCOSCheckpointer, "save", lambda self, name, **kwargs: None
+                        if name == "model_final" else save(self, name, **kwargs))
+    output = tmp_path / "output"
+    args = tool.default_argument_parser().parse_args([
+        "--config-file", get_config_file("lazy/quickstart.py"),
+        f"dataloader.train.dataset.names={data}", "dataloader.train.total_batch_size=2",
+        "dataloader.train.num_workers=0", "train.max_iter=2",
+        "train.eval_period=0", f"train.output_dir={output}"])
+    with pytest.raises(UnverifiedCheckpointError) as error:
+        tool.main(args)
+    assert f"{output / 'model_final.pth'} does not exist" in str(error.value)
+    assert f"Output folder: {output}." in str(error.value)
 
 # -- the preemption save ---------------------------------------------------------------
 def preempted_hook(folder: Path, damage=None) -> preemption.SaveOnPreemption:
