@@ -40,8 +40,8 @@ from ..report import ReportOptions
 from ..report.evaluator import ReportingCOCOEvaluator
 from .amp import CPUAMPTrainer, cpu_autocast_dtype
 from .compile import ReportCompileTime, compile_in_place
-from .heartbeat import ReportProgress
 from .final_checkpoint import ProveFinalCheckpoint
+from .heartbeat import ReportProgress
 from .hooks import StopOnNonFiniteLoss, WarnOnLowDiskSpace
 from .launch import add_launcher_arguments, launch_from_args
 from .preemption import SaveOnPreemption
