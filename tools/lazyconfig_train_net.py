@@ -28,6 +28,7 @@ from fcos_d2.checkpoint import FCOSCheckpointer
 from fcos_d2.data import prepare_dataset
 from fcos_d2.engine import CPUAMPTrainer
 from fcos_d2.engine.amp import cpu_autocast_dtype
+from fcos_d2.engine.final_checkpoint import ProveFinalCheckpoint
 from fcos_d2.engine.heartbeat import ReportProgress
 from fcos_d2.engine.hooks import WarnOnLowDiskSpace
 from fcos_d2.engine.launch import add_launcher_arguments, launch_from_args
@@ -95,6 +96,7 @@ def do_train(args, cfg) -> None:
         SaveOnPreemption(checkpointer),  # no data-stream state: resumes, but not exactly
         ScheduleOnResume(schedule_record(cfg, LAZY_SCHEDULE_KEYS,  # checked on --resume
                                          "dataloader.train.total_batch_size")),
+        ProveFinalCheckpoint(checkpointer),  # model_final.pth verified, or a non-zero exit
         hooks.EvalHook(cfg.train.eval_period, lambda: do_test(cfg, model)),
         hooks.PeriodicWriter(default_writers(cfg.train.output_dir, cfg.train.max_iter),
                              period=cfg.train.log_period) if main_process else None,

@@ -7,9 +7,11 @@ SIGTERM). While a ``SaveOnPreemption`` hook runs the training loop, such a signa
 records the request; after each iteration the workers agree whether any of them got one
 (an all-reduce of one number over a gloo group of their own), and if so all stop after
 that same iteration: rank 0 writes ``model_<iteration>.pth`` through the trainer's
-checkpointer (atomic, with ExactResume's data-stream and RNG states), everybody waits
-for it, and each worker exits with ``PREEMPTED_EXIT_CODE`` (75, EX_TEMPFAIL: "try again
-later"). ``--resume`` continues from that checkpoint exactly.
+checkpointer (atomic, with ExactResume's data-stream and RNG states) and reads it back
+(``final_checkpoint.checkpoint_problem``), everybody waits for it, and each worker exits
+with ``PREEMPTED_EXIT_CODE`` (75, EX_TEMPFAIL: "try again later"); a checkpoint that fails
+the check ends the job with ``UnverifiedCheckpointError`` instead. ``--resume`` continues
+from that checkpoint exactly.
 
 Further signals while the iteration finishes or the checkpoint is written are logged and
 ignored, so they cannot cut the save short (SIGKILL still can; the save is atomic, and the
@@ -24,12 +26,14 @@ import multiprocessing
 import os
 import signal
 import threading
-from typing import Any, Callable, Dict, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence
 
 import torch
 import torch.distributed as dist
 from detectron2.engine import HookBase
 from detectron2.utils import comm
+
+from .final_checkpoint import FINAL_CHECKPOINT, UnverifiedCheckpointError, checkpoint_problem
 
 __all__ = ["PREEMPTED_EXIT_CODE", "Preempted", "SaveOnPreemption", "forward_signals_to_children",
            "install_preemption_handlers", "parse_signals"]
@@ -131,23 +135,45 @@ class SaveOnPreemption(HookBase):
         if self._exact_resume is not None:
             self._exact_resume.capture()
         name = f"model_{iteration:07d}"
-        if comm.is_main_process() and not self._just_saved(name):
-            self._checkpointer.save(name, iteration=iteration)
-        if self._group is not None:
-            dist.barrier(group=self._group)  # nobody exits before the file is complete
+        path = os.path.join(self._checkpointer.save_dir, f"{name}.pth")
+        problem = None
+        if comm.is_main_process():
+            saved = self._just_saved(name)
+            if saved is None:
+                self._checkpointer.save(name, iteration=iteration)
+            path = saved or path
+            problem = checkpoint_problem(path, iteration)
+        self._agree_saved(problem)  # nobody exits before the file is complete and verified
         logger.warning(f"Preempted ({_state['requested'] or 'signal to another worker'}): "
-                       f"stopped after iteration {iteration}, checkpoint "
-                       f"{os.path.join(self._checkpointer.save_dir, name)}.pth; exiting with "
-                       f"status {PREEMPTED_EXIT_CODE}. Resume with --resume.")
+                       f"stopped after iteration {iteration}, checkpoint {path} (verified); "
+                       f"exiting with status {PREEMPTED_EXIT_CODE}. Resume with --resume.")
         raise Preempted()
 
-    def _just_saved(self, name: str) -> bool:
-        """Whether the periodic checkpointer saved this iteration already."""
+    def _agree_saved(self, problem: Optional[str]) -> None:
+        """Every worker waits for rank 0's checkpoint, then all raise if it failed its
+        check: a preempted job exits 75 only with a checkpoint to resume from."""
+        failed = problem is not None
+        if self._group is not None:
+            flag = torch.tensor([int(failed)])
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._group)
+            failed = bool(flag.item())
+        if failed:
+            raise UnverifiedCheckpointError(
+                f"preempted after iteration {self.trainer.iter}, and its checkpoint is not in "
+                f"place: {problem or 'see the log of rank 0'}. Output folder: "
+                f"{self._checkpointer.save_dir}. Not exiting with status "
+                f"{PREEMPTED_EXIT_CODE}: a resume would repeat iterations; check the disk.")
+
+    def _just_saved(self, name: str) -> Optional[str]:
+        """The file in which the periodic checkpointer saved this iteration, if it did."""
         if not self._checkpointer.has_checkpoint():
-            return False
-        last = os.path.basename(self._checkpointer.get_checkpoint_file())
+            return None
+        last = self._checkpointer.get_checkpoint_file()
         final = self.trainer.iter >= self.trainer.max_iter - 1
-        return last == f"{name}.pth" or (final and last == "model_final.pth")
+        if os.path.basename(last) == f"{name}.pth" or (
+                final and os.path.basename(last) == FINAL_CHECKPOINT):
+            return last
+        return None
 
     def _anyone_requested(self) -> bool:
         mine = _state["requested"] is not None

@@ -50,6 +50,7 @@ from .amp import CPUAMPTrainer, cpu_autocast_dtype
 from .best import EarlyStop, KeepBestCheckpoint
 from .schedule import ScheduleOnResume, apply_epoch_schedule, config_layers, schedule_record
 from .compile import ReportCompileTime, compile_in_place
+from .final_checkpoint import ProveFinalCheckpoint
 from .heartbeat import ReportProgress
 from .hooks import StopOnNonFiniteLoss, WarnOnLowDiskSpace
 from .launch import add_launcher_arguments, launch_from_args
@@ -66,10 +67,11 @@ class Trainer(DefaultTrainer):
     """DefaultTrainer with COCO box evaluation, a summary.txt per evaluation, data loaders
     that use FCOSDatasetMapper and drop invalid boxes, atomic checkpoints (FCOSCheckpointer),
     exact resume (data stream and RNG states in the checkpoints), a stop on a non-finite loss,
-    a checkpoint and exit status 75 on a preemption signal, heartbeat progress reports, a
-    warning when OUTPUT_DIR is short of space, SOLVER.AMP.ENABLED on the CPU (bf16 autocast
-    where the CPU has native bf16, float32 elsewhere unless MODEL.FCOS.CPU_BF16 says
-    "always"; detectron2's AMPTrainer is CUDA-only), the backbone and head compiled with
+    a checkpoint and exit status 75 on a preemption signal, a verified model_final.pth at
+    the end (fcos_d2.engine.final_checkpoint), heartbeat progress reports, a warning when
+    OUTPUT_DIR is short of space, SOLVER.AMP.ENABLED on the CPU (bf16 autocast where the CPU
+    has native bf16, float32 elsewhere unless MODEL.FCOS.CPU_BF16 says "always";
+    detectron2's AMPTrainer is CUDA-only), the backbone and head compiled with
     MODEL.FCOS.COMPILE, optionally no evaluation after the last iteration
     (``skip_final_eval``), and the steps of the registered trainer extensions that apply to
     the config (``trainer_extensions_for``)."""
@@ -203,6 +205,8 @@ class Trainer(DefaultTrainer):
         # after the LR scheduler and the checkpointer (rank 0), before the evaluation
         evaluation = next(i for i, h in enumerate(hook_list) if isinstance(h, hooks.EvalHook))
         hook_list.insert(evaluation, SaveOnPreemption(self.checkpointer, exact_resume))
+        # also before the evaluation: a run that did not save its final model ends there
+        hook_list.insert(evaluation + 1, ProveFinalCheckpoint(self.checkpointer))
         hook_list.append(ScheduleOnResume(schedule_record(self.cfg)))  # checked on --resume
         if self.cfg.TEST.EVAL_PERIOD > 0 or self.cfg.SOLVER.EARLY_STOP.PATIENCE:  # model_best,
             # early stop: after the evaluation (appended: after the EvalHook)
