@@ -5,6 +5,8 @@ from pathlib import Path
 from fcos_d2.data import synthetic
 from fcos_d2.data.register import register_coco_dataset
 
+REPO = Path(__file__).resolve().parents[1]  # the repository's root
+
 
 def register_two_images(folder: Path, name: str) -> None:
     """Writes two synthetic shapes images with their annotations to `folder` and registers
