@@ -20,6 +20,9 @@ Rows (``--rows``, comma-separated; default all):
              DatasetMapper on 800x1333 JPEGs with the COCO augmentations
   labelenc   the plain FCOS that LabelEnc's step 2 leaves (LEF and adapter stripped, loaded
              strictly) against plain FCOS-R50: latency, parameters, MACs
+  backends   MODEL.FCOS.INFERENCE_BACKEND at batch 1 (--backends-size, default 800x1216):
+             eager fp32, bf16 compiled (native/emulated labelled), int8 PT2E, against
+             torchvision fp32; compile seconds, agreement with fp32's best detections
 
 Adding a row: one function ``row_<name>(args) -> List[dict]`` that prints its table and
 returns its results, and an entry in ``ROWS`` (``benchmarks.speed.cli``).
@@ -30,8 +33,8 @@ threads, every row's results, the target ratios, seconds) to
 
 The modules: ``timing`` (interleaved medians, autocast, training steps, tables),
 ``contenders`` (the three R-50 FCOS), ``whole_model`` (the inference, training, flops and
-memory rows), ``parts``, ``onnx_row``, ``compile_row``, ``loader_row``, ``labelenc_row``
-(the other rows) and ``cli`` (the rows by name, the targets, the command).
+memory rows), ``parts``, ``onnx_row``, ``compile_row``, ``loader_row``, ``labelenc_row``,
+``backends_row`` (the other rows) and ``cli`` (the rows by name, the targets, the command).
 
 Usage: python -m benchmarks.speed [--rows inference,training] [--repeats 3] [--quick]
                                  [--device cpu|cuda] [--threads N] [--json output/benchmark.json]

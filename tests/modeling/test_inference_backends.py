@@ -104,6 +104,7 @@ def test_bf16_compiled_agrees_with_float32():
     model = _model("bf16_compiled")
     got = _detections(model, _inputs())
     assert model.inference_copy.of(model).backend_runner is not None  # the copy compiled
+    assert model.state_dict().keys() == _model("eager").state_dict().keys()
     # bf16 keeps 8 bits of mantissa: a box corner of ~100 px moves by under 2 px.
     _assert_top_detections_agree(got, want, top=10, box_tol=2.0, min_found=8)
 
