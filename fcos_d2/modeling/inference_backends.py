@@ -10,7 +10,8 @@
   observers record their ranges), then ``convert_pt2e`` and ``torch.compile`` with freezing
   (oneDNN's int8 kernels: AMX or VNNI).
 - "auto": "int8_pt2e" where the CPU has AMX-INT8 or VNNI, else "bf16_compiled" where it has
-  native bf16, else "eager" in float32, saying why in one log line. Off the CPU: "eager".
+  native bf16, else "eager" in float32, saying why in one log line. Off the CPU, every
+  backend runs "eager" (one log line).
 
 Decoding, thresholds, top-k and NMS stay in float32 eager mode in every backend. The
 compiled form is built on the first call (compiling takes seconds for a tiny model,
@@ -22,7 +23,6 @@ default).
 Symbols: N images, H x W the padded batch, L levels.
 """
 import functools
-import logging
 from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
@@ -33,8 +33,6 @@ from ..precision import cpu_has_native_bf16
 
 __all__ = ["INFERENCE_BACKENDS", "INT8_CALIBRATION_BATCHES", "BackendRunner",
            "check_inference_backend", "cpu_capabilities", "resolve_inference_backend"]
-
-logger = logging.getLogger(__name__)
 
 INFERENCE_BACKENDS = ("eager", "bf16_compiled", "int8_pt2e", "auto")
 # Batches that calibrate the int8 ranges before the model is converted.
@@ -70,14 +68,15 @@ def torchao_available() -> bool:
 
 
 def resolve_inference_backend(backend: str, device_type: str) -> Tuple[str, str]:
-    """The backend to run on ``device_type`` and, where "auto" falls back to "eager", the
-    one log line saying why ("" otherwise). Explicit backends are returned as asked."""
+    """The backend to run on ``device_type`` and, where it falls back to "eager", the one
+    log line saying why ("" otherwise). Explicit CPU backends are returned as asked on a CPU,
+    whatever its instructions (emulated bf16 or int8 is slow, not wrong)."""
     check_inference_backend(backend)
+    if backend != "eager" and device_type != "cpu":
+        return "eager", (f"MODEL.FCOS.INFERENCE_BACKEND {backend}: the model is on "
+                         f"{device_type}, the compiled backends are CPU paths: running eager")
     if backend != "auto":
         return backend, ""
-    if device_type != "cpu":
-        return "eager", (f"MODEL.FCOS.INFERENCE_BACKEND auto: the model is on {device_type}, "
-                         "the compiled backends are CPU paths: running eager")
     capabilities = cpu_capabilities()
     if capabilities["native_int8"] and torchao_available():
         return "int8_pt2e", ""

@@ -81,6 +81,8 @@ def test_auto_picks_the_backend_the_cpu_has_instructions_for(monkeypatch, capabi
     monkeypatch.setattr(inference_backends, "cpu_capabilities", lambda: capabilities)
     assert resolve_inference_backend("auto", "cpu") == (expected, "")
     assert resolve_inference_backend("eager", "cpu") == ("eager", "")
+    backend, message = resolve_inference_backend("int8_pt2e", "cuda")
+    assert backend == "eager" and "int8_pt2e: the model is on cuda" in message
 
 
 def test_auto_without_native_int8_or_bf16_runs_eager_with_one_log_line(monkeypatch, caplog):
