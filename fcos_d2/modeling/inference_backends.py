@@ -9,9 +9,10 @@
   ``INT8_CALIBRATION_BATCHES`` batches the model sees (those run in float32 while the
   observers record their ranges), then ``convert_pt2e`` and ``torch.compile`` with freezing
   (oneDNN's int8 kernels: AMX or VNNI).
-- "auto": "int8_pt2e" where the CPU has AMX-INT8 or VNNI, else "bf16_compiled" where it has
-  native bf16, else "eager" in float32, saying why in one log line. Off the CPU, every
-  backend runs "eager" (one log line).
+- "auto": "bf16_compiled" where the CPU has native bf16 (AVX512-BF16/AMX; measured faster
+  than int8_pt2e on such a CPU, docs/speed.md), else "int8_pt2e" where it has VNNI int8
+  units, else "eager" in float32, saying why in one log line. Off the CPU, every backend
+  runs "eager" (one log line).
 
 Decoding, thresholds, top-k and NMS stay in float32 eager mode in every backend. The
 compiled form is built on the first call (compiling takes seconds for a tiny model,
@@ -78,10 +79,10 @@ def resolve_inference_backend(backend: str, device_type: str) -> Tuple[str, str]
     if backend != "auto":
         return backend, ""
     capabilities = cpu_capabilities()
-    if capabilities["native_int8"] and torchao_available():
-        return "int8_pt2e", ""
     if capabilities["native_bf16"]:
         return "bf16_compiled", ""
+    if capabilities["native_int8"] and torchao_available():
+        return "int8_pt2e", ""
     return "eager", ("MODEL.FCOS.INFERENCE_BACKEND auto: this CPU has neither int8 dot-product "
                      "units (AMX-INT8/VNNI, or torchao is missing) nor native bf16 "
                      "(AVX512-BF16/AMX): running eager float32")

@@ -72,14 +72,16 @@ def test_bad_backend_is_an_error_naming_the_key_and_allowed_values():
 
 
 @pytest.mark.parametrize("capabilities, expected", [
-    ({"native_int8": True, "native_bf16": True}, "int8_pt2e" if torchao_available() else
-     "bf16_compiled"),
+    ({"native_int8": True, "native_bf16": True}, "bf16_compiled"),
     ({"native_int8": False, "native_bf16": True}, "bf16_compiled"),
+    ({"native_int8": True, "native_bf16": False}, "int8_pt2e" if torchao_available() else
+     "eager"),
 ])
 def test_auto_picks_the_backend_the_cpu_has_instructions_for(monkeypatch, capabilities,
                                                              expected):
     monkeypatch.setattr(inference_backends, "cpu_capabilities", lambda: capabilities)
-    assert resolve_inference_backend("auto", "cpu") == (expected, "")
+    backend, message = resolve_inference_backend("auto", "cpu")
+    assert backend == expected and (message == "") == (expected != "eager")
     assert resolve_inference_backend("eager", "cpu") == ("eager", "")
     backend, message = resolve_inference_backend("int8_pt2e", "cuda")
     assert backend == "eager" and "int8_pt2e: the model is on cuda" in message
