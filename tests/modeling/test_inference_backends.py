@@ -128,3 +128,33 @@ def test_int8_pt2e_agrees_with_float32_after_calibration():
     assert len(runner._int8) == 1
     # uint8 activations: one step is 1/256 of a layer's range; corners move by under 4 px.
     _assert_top_detections_agree(got, want, top=10, box_tol=4.0, min_found=7)
+
+
+def test_predictor_runs_the_configured_backend(tmp_path):
+    """Predictor (and so demo/demo.py) and --eval-only run the model's own forward, which
+    takes the key: its inference copy holds the compiled runner."""
+    from fcos_d2 import Predictor
+
+    eager = _model("eager")
+    weights = tmp_path / "model.pth"
+    torch.save({"model": eager.state_dict()}, weights)
+    predictors = {}
+    for backend in ("eager", "bf16_compiled"):
+        cfg = get_cfg()
+        add_fcos_config(cfg)
+        cfg.merge_from_file(str(REPO / "configs" / "FCOS-R50.yaml"))
+        cfg.merge_from_list(["MODEL.DEVICE", "cpu", "MODEL.WEIGHTS", str(weights),
+                             "MODEL.RESNETS.DEPTH", 18, "MODEL.RESNETS.RES2_OUT_CHANNELS", 64,
+                             "MODEL.FPN.OUT_CHANNELS", 32, "MODEL.FCOS.NUM_CONVS", 1,
+                             "MODEL.FCOS.NUM_CLASSES", 3, "MODEL.FCOS.PRE_NMS_TOPK_TEST", 50,
+                             "MODEL.FCOS.INFERENCE_TH_TEST", 0.0, "INPUT.MIN_SIZE_TEST", 128,
+                             "INPUT.MAX_SIZE_TEST", 160, "MODEL.FCOS.INFERENCE_BACKEND", backend])
+        predictors[backend] = Predictor(cfg)
+    image = (torch.rand(128, 160, 3, generator=torch.Generator().manual_seed(0)) * 255)
+    image = image.to(torch.uint8).numpy()
+    want, got = (predictors[b](image) for b in ("eager", "bf16_compiled"))
+    assert predictors["eager"].model.backend_runner is None
+    assert predictors["bf16_compiled"].model.backend_runner.backend == "bf16_compiled"
+    _assert_top_detections_agree((got.pred_boxes.tensor, got.scores, got.pred_classes),
+                                 (want.pred_boxes.tensor, want.scores, want.pred_classes),
+                                 top=10, box_tol=2.0, min_found=8)
