@@ -226,6 +226,13 @@ def add_fcos_config(cfg: CN) -> None:
     # change (fcos_d2/modeling/fast_inference.py). False runs the model as trained.
     # Checkpoints always hold the unfolded weights.
     _C.FAST_INFERENCE = True
+    # How backbone and head run in eval mode (fcos_d2/modeling/inference_backends.py):
+    # "eager" (PyTorch eager, INFERENCE_DTYPE), "bf16_compiled" (torch.compile with frozen
+    # weights, bf16), "int8_pt2e" (static int8 by PT2E quantization, needs torchao,
+    # calibrated on the first 4 batches), "auto" (bf16_compiled where the CPU has native
+    # bf16, else int8_pt2e where it has VNNI, else eager float32 with one log line).
+    # The compiled ones compile on the first call: seconds for a tiny model, minutes for R-50.
+    _C.INFERENCE_BACKEND = "eager"
 
 
 def add_solver_config(cfg: CN) -> None:

@@ -23,6 +23,9 @@ Rows (``--rows``, comma-separated; default all):
   host       one training iteration of a tiny FCOS (ResNet-18 from scratch, 32-channel
              head, 2 images of 64x96) of fcos-d2, torchvision and detectron2: each one's
              host overhead per iteration (its time less its arithmetic floor)
+  backends   MODEL.FCOS.INFERENCE_BACKEND at batch 1 (--backends-size, default 800x1216):
+             eager fp32, bf16 compiled (native/emulated labelled), int8 PT2E, against
+             torchvision fp32; compile seconds, agreement with fp32's best detections
 
 The inference, training and host rows show each result beside its arithmetic floor: the
 model's FLOPs over the rate of its own largest conv in that precision, timed in the same run
@@ -38,8 +41,8 @@ threads, every row's results, the target ratios, seconds) to
 The modules: ``timing`` (interleaved medians, autocast, training steps, tables),
 ``contenders`` (the three R-50 FCOS), ``whole_model`` (the inference, training, flops and
 memory rows), ``parts``, ``onnx_row``, ``compile_row``, ``loader_row``, ``labelenc_row``,
-``host_row`` (the other rows), ``floor`` (the arithmetic floors) and ``cli`` (the rows by
-name, the targets, the command).
+``host_row``, ``backends_row`` (the other rows), ``floor`` (the arithmetic floors) and
+``cli`` (the rows by name, the targets, the command).
 
 Usage: python -m benchmarks.speed [--rows inference,training] [--repeats 3] [--quick]
                                  [--device cpu|cuda] [--threads N] [--json output/benchmark.json]

@@ -75,9 +75,18 @@ def row_compile(args) -> List[dict]:
     return compile_row.row(args, interleaved_medians, training_step, size(args))
 
 
+def row_backends(args) -> List[dict]:
+    from benchmarks.speed import backends_row
+    from benchmarks.speed.timing import bf16_kind
+
+    size_hw = tuple(int(x) for x in args.backends_size.split("x"))
+    return backends_row.row(args, interleaved_medians, size_hw, bf16_kind(args.device))
+
+
 ROWS = {"inference": row_inference, "training": row_training, "flops": row_flops,
         "memory": row_memory, "parts": row_parts, "onnx": row_onnx, "loader": row_loader,
-        "compile": row_compile, "labelenc": row_labelenc, "host": row_host}
+        "compile": row_compile, "labelenc": row_labelenc, "host": row_host,
+        "backends": row_backends}
 
 
 def target_ratios(rows: Dict[str, List[dict]], device: str,
@@ -108,7 +117,7 @@ def target_ratios(rows: Dict[str, List[dict]], device: str,
         if measured:
             ratios[f"training {tag} +CL / fcos-d2 fp32 (target <= 0.7)"] = \
                 training[f"fcos-d2 {tag} +CL"] / training["fcos-d2 fp32"]
-    for row in ("onnx", "loader", "compile", "host"):
+    for row in ("onnx", "loader", "compile", "host", "backends"):
         for result in rows.get(row, []):
             ratios.update(result.get("targets", {}))
     if ratios:
@@ -138,6 +147,8 @@ def parse_args(argv=None):
     parser.add_argument("--quick", action="store_true", help="512x768 images instead of 800x1216")
     parser.add_argument("--inference-batches", default="1,4", type=lambda text: [
         int(x) for x in text.split(",")], help="batch sizes of the inference row (default 1,4)")
+    parser.add_argument("--backends-size", default="800x1216",
+                        help="HxW of the backends row (compiling R-50 takes minutes per size)")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--threads", type=int, default=torch.get_num_threads(),
                         help="torch threads for every contender (default: torch's, all cores)")

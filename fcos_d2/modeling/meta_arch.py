@@ -10,6 +10,8 @@ proposals for two-stage models. Both share every option of ``MODEL.FCOS``.
 Symbols: N images, L levels, Hi x Wi level sizes, R = sum(Hi * Wi), K classes.
 """
 import contextlib
+import functools
+import logging
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -25,15 +27,22 @@ from .assignment import assign_targets_with_matches, compute_locations, level_si
 from .atss import assign_targets_atss
 from .fast_inference import InferenceCopy
 from .head import FCOSHead
+from .inference_backends import BackendRunner, check_inference_backend, resolve_inference_backend
 from .losses import (CLS_LOSSES, LOC_LOSS_TYPES, LOC_LOSS_WEIGHTINGS, LOSS_NORMALIZERS,
                      EMANormalizer, fcos_losses)
 from .postprocess import THRESHOLD_ON, detections_of_candidates, select_candidates_batched
 
+logger = logging.getLogger(__name__)
 # MODEL.FCOS.ASSIGNER: who picks the positives (assignment.py or atss.py).
 ASSIGNERS = ("fcos", "atss")
 # MODEL.FCOS.INFERENCE_DTYPE: the autocast precision of backbone and head at inference.
 INFERENCE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16,
                     "float16": torch.float16}
+
+
+@functools.lru_cache(maxsize=None)
+def _log_once(message: str) -> None:
+    logger.warning(message)
 
 
 def flatten_levels(outputs: List[Tensor]) -> Tensor:
@@ -277,9 +286,12 @@ class FCOS(FCOSBase):
         pixel_std: Sequence[float],
         input_format: str = "BGR",
         fast_inference: bool = True,
+        inference_backend: str = "eager",
         **options,
     ):
         """``fast_inference``: run the folded channels_last copy in eval mode.
+        ``inference_backend``: how backbone and head run in eval mode (``INFERENCE_BACKENDS``
+        of ``inference_backends.py``).
         ``options``: the keyword arguments of ``FCOSBase`` but ``input_shape``, which is the
         backbone's."""
         super().__init__(input_shape=backbone.output_shape(), **options)
@@ -290,6 +302,8 @@ class FCOS(FCOSBase):
         self.input_format = input_format
         self.fast_inference = fast_inference
         self.inference_copy = InferenceCopy()  # no submodule: not in state_dict
+        self.inference_backend = check_inference_backend(inference_backend)
+        self.backend_runner: Optional[BackendRunner] = None  # built on first use
         self.register_buffer("pixel_mean", torch.tensor(pixel_mean).view(-1, 1, 1), False)
         self.register_buffer("pixel_std", torch.tensor(pixel_std).view(-1, 1, 1), False)
         if self.channels_last:  # FCOSBase converted the head; now the backbone too
@@ -307,6 +321,7 @@ class FCOS(FCOSBase):
             "pixel_std": cfg.MODEL.PIXEL_STD,
             "input_format": cfg.INPUT.FORMAT,
             "fast_inference": cfg.MODEL.FCOS.FAST_INFERENCE,
+            "inference_backend": cfg.MODEL.FCOS.INFERENCE_BACKEND,
         }
 
     @property
@@ -336,8 +351,12 @@ class FCOS(FCOSBase):
         if fast is not None:
             return fast(batched_inputs)
         images = self.preprocess_image(batched_inputs)
-        with self._inference_autocast():
-            logits, regression, centerness = self.forward_head(images)
+        runner = None if self.training else self.compiled_backend()
+        if runner is not None:  # MODEL.FCOS.INFERENCE_BACKEND
+            logits, regression, centerness = runner(self, images)
+        else:
+            with self._inference_autocast():
+                logits, regression, centerness = self.forward_head(images)
         if self.training:
             if "instances" not in batched_inputs[0]:
                 raise ValueError("FCOS in training mode needs 'instances' in every input dict")
@@ -358,6 +377,18 @@ class FCOS(FCOSBase):
             {"instances": detector_postprocess(r, x.get("height", size[0]), x.get("width", size[1]))}
             for r, x, size in zip(results, batched_inputs, images.image_sizes)
         ]
+
+    def compiled_backend(self) -> Optional[BackendRunner]:
+        """The runner of ``inference_backend`` on this device (None: eager), logging once
+        why "auto" falls back to eager."""
+        backend, message = resolve_inference_backend(self.inference_backend, self.device.type)
+        if message:
+            _log_once(message)
+        if backend == "eager":
+            return None
+        if self.backend_runner is None or self.backend_runner.backend != backend:
+            self.backend_runner = BackendRunner(backend)
+        return self.backend_runner
 
     def _inference_autocast(self):
         """Autocast to ``inference_dtype`` at inference; training precision is the trainer's

@@ -1,0 +1,25 @@
+"""The backends row of benchmarks.speed (MODEL.FCOS.INFERENCE_BACKEND against torchvision
+fp32): its options and its CPU-only rule; the timings themselves are its output."""
+from benchmarks.speed import backends_row, cli
+
+
+def test_backends_row_takes_its_size_and_is_skipped_off_the_cpu():
+    args = cli.parse_args(["--rows", "backends", "--device", "cuda", "--backends-size", "64x96"])
+    assert args.backends_size == "64x96"
+    assert backends_row.row(args, None, (64, 96), "") == [
+        {"row": "backends", "skipped": "the inference backends are CPU paths"}]
+
+
+def test_agreement_counts_fp32_detections_found_with_same_class_and_close_corners():
+    import torch
+    from detectron2.structures import Boxes, Instances
+
+    def instances(boxes, classes):
+        result = Instances((100, 100))
+        result.pred_boxes, result.pred_classes = Boxes(torch.tensor(boxes)), torch.tensor(classes)
+        return result
+
+    want = instances([[0., 0., 10., 10.], [20., 20., 40., 40.], [50., 50., 60., 60.]], [0, 1, 2])
+    # first: 3 px off (found); second: other class (missed); third: 5 px off (missed)
+    got = instances([[3., 0., 10., 10.], [20., 20., 40., 40.], [55., 50., 60., 60.]], [0, 2, 2])
+    assert backends_row._found(got, want) == 1

@@ -1,0 +1,160 @@
+"""MODEL.FCOS.INFERENCE_BACKEND (fcos_d2/modeling/inference_backends.py): the compiled bf16
+and PT2E int8 backends give fp32's detections within stated tolerances on a tiny model;
+"auto" picks by the CPU's instructions and falls back to eager with one log line; a bad
+value is an error naming the key and the allowed values."""
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+from detectron2.config import get_cfg
+from detectron2.layers import FrozenBatchNorm2d
+from detectron2.modeling import build_model
+
+from fcos_d2 import add_fcos_config
+from fcos_d2.modeling import inference_backends, meta_arch
+from fcos_d2.modeling.inference_backends import (INFERENCE_BACKENDS, INT8_CALIBRATION_BATCHES,
+                                                 resolve_inference_backend, torchao_available)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _model(backend: str):
+    """An R-18 FCOS with a 32-channel head (GroupNorm's 32 groups need 32 channels) whose
+    frozen BNs are far from the identity, in eval mode."""
+    cfg = get_cfg()
+    add_fcos_config(cfg)
+    cfg.merge_from_file(str(REPO / "configs" / "FCOS-R50.yaml"))
+    cfg.MODEL.DEVICE, cfg.MODEL.WEIGHTS = "cpu", ""
+    cfg.MODEL.RESNETS.DEPTH, cfg.MODEL.RESNETS.RES2_OUT_CHANNELS = 18, 64
+    cfg.MODEL.FPN.OUT_CHANNELS, cfg.MODEL.FCOS.NUM_CONVS = 32, 1
+    cfg.MODEL.FCOS.NUM_CLASSES, cfg.MODEL.FCOS.PRE_NMS_TOPK_TEST = 3, 50
+    cfg.MODEL.FCOS.INFERENCE_TH_TEST = 0.0
+    cfg.MODEL.FCOS.INFERENCE_BACKEND = backend
+    torch.manual_seed(0)
+    model = build_model(cfg)
+    for module in model.modules():
+        if isinstance(module, FrozenBatchNorm2d):
+            for name in ("weight", "bias", "running_mean"):
+                getattr(module, name).normal_(0.2, 0.5)
+            module.running_var.uniform_(0.5, 2.0)
+    return model.eval()
+
+
+def _inputs(seed: int = 0):
+    image = torch.rand(3, 128, 160, generator=torch.Generator().manual_seed(seed)) * 255
+    return [{"image": image, "height": 128, "width": 160}]
+
+
+def _detections(model, inputs):
+    with torch.no_grad():
+        instances = model(inputs)[0]["instances"]
+    return instances.pred_boxes.tensor, instances.scores, instances.pred_classes
+
+
+def _assert_top_detections_agree(got, want, top: int, box_tol: float, min_found: int):
+    """At least ``min_found`` of fp32's ``top`` best detections have a detection of the same
+    class in ``got``'s 2 * ``top`` best whose corners are within ``box_tol`` pixels."""
+    boxes, _, classes = (t[: 2 * top] for t in got)
+    found = 0
+    for box, cls in zip(want[0][:top], want[2][:top]):
+        close = (boxes - box).abs().max(dim=1).values <= box_tol
+        found += bool((close & (classes == cls)).any())
+    assert found >= min_found, f"{found} of fp32's top {top} detections matched"
+
+
+def test_bad_backend_is_an_error_naming_the_key_and_allowed_values():
+    with pytest.raises(ValueError) as error:
+        _model("fast")
+    message = str(error.value)
+    assert "MODEL.FCOS.INFERENCE_BACKEND" in message and "'fast'" in message
+    assert all(f"'{b}'" in message for b in INFERENCE_BACKENDS)
+
+
+@pytest.mark.parametrize("capabilities, expected", [
+    ({"native_int8": True, "native_bf16": True}, "bf16_compiled"),
+    ({"native_int8": False, "native_bf16": True}, "bf16_compiled"),
+    ({"native_int8": True, "native_bf16": False}, "int8_pt2e" if torchao_available() else
+     "eager"),
+])
+def test_auto_picks_the_backend_the_cpu_has_instructions_for(monkeypatch, capabilities,
+                                                             expected):
+    monkeypatch.setattr(inference_backends, "cpu_capabilities", lambda: capabilities)
+    backend, message = resolve_inference_backend("auto", "cpu")
+    assert backend == expected and (message == "") == (expected != "eager")
+    assert resolve_inference_backend("eager", "cpu") == ("eager", "")
+    backend, message = resolve_inference_backend("int8_pt2e", "cuda")
+    assert backend == "eager" and "int8_pt2e: the model is on cuda" in message
+
+
+def test_auto_without_native_int8_or_bf16_runs_eager_with_one_log_line(monkeypatch, caplog):
+    monkeypatch.setattr(inference_backends, "cpu_capabilities",
+                        lambda: {"native_int8": False, "native_bf16": False})
+    meta_arch._log_once.cache_clear()
+    model, eager = _model("auto"), _model("eager")
+    with caplog.at_level(logging.WARNING, logger=meta_arch.__name__):
+        got = _detections(model, _inputs())
+        _detections(model, _inputs(seed=1))
+    lines = [r.getMessage() for r in caplog.records if "INFERENCE_BACKEND" in r.getMessage()]
+    assert len(lines) == 1
+    assert "neither int8" in lines[0] and "running eager float32" in lines[0]
+    assert model.backend_runner is None
+    for a, b in zip(got, _detections(eager, _inputs())):
+        assert torch.equal(a, b)
+
+
+def test_bf16_compiled_agrees_with_float32():
+    want = _detections(_model("eager"), _inputs())
+    model = _model("bf16_compiled")
+    got = _detections(model, _inputs())
+    assert model.inference_copy.of(model).backend_runner is not None  # the copy compiled
+    assert model.state_dict().keys() == _model("eager").state_dict().keys()
+    # bf16 keeps 8 bits of mantissa: a box corner of ~100 px moves by under 2 px.
+    _assert_top_detections_agree(got, want, top=10, box_tol=2.0, min_found=8)
+
+
+@pytest.mark.skipif(not torchao_available(), reason="PT2E quantization needs torchao "
+                    "(moved out of torch.ao.quantization in torch 2.10): pip install torchao")
+def test_int8_pt2e_agrees_with_float32_after_calibration():
+    want = _detections(_model("eager"), _inputs())
+    model = _model("int8_pt2e")
+    for seed in range(1, INT8_CALIBRATION_BATCHES):  # calibration: float32 outputs
+        _detections(model, _inputs(seed))
+    calibrating = _detections(model, _inputs())  # the last calibration batch
+    for a, b in zip(calibrating, want):
+        assert torch.allclose(a, b, atol=1e-3)
+    got = _detections(model, _inputs())  # the int8 graph
+    runner = model.inference_copy.of(model).backend_runner
+    assert len(runner._int8) == 1
+    # uint8 activations: one step is 1/256 of a layer's range; corners move by under 4 px.
+    _assert_top_detections_agree(got, want, top=10, box_tol=4.0, min_found=7)
+
+
+def test_predictor_runs_the_configured_backend(tmp_path):
+    """Predictor (and so demo/demo.py) and --eval-only run the model's own forward, which
+    takes the key: its inference copy holds the compiled runner."""
+    from fcos_d2 import Predictor
+
+    eager = _model("eager")
+    weights = tmp_path / "model.pth"
+    torch.save({"model": eager.state_dict()}, weights)
+    predictors = {}
+    for backend in ("eager", "bf16_compiled"):
+        cfg = get_cfg()
+        add_fcos_config(cfg)
+        cfg.merge_from_file(str(REPO / "configs" / "FCOS-R50.yaml"))
+        cfg.merge_from_list(["MODEL.DEVICE", "cpu", "MODEL.WEIGHTS", str(weights),
+                             "MODEL.RESNETS.DEPTH", 18, "MODEL.RESNETS.RES2_OUT_CHANNELS", 64,
+                             "MODEL.FPN.OUT_CHANNELS", 32, "MODEL.FCOS.NUM_CONVS", 1,
+                             "MODEL.FCOS.NUM_CLASSES", 3, "MODEL.FCOS.PRE_NMS_TOPK_TEST", 50,
+                             "MODEL.FCOS.INFERENCE_TH_TEST", 0.0, "INPUT.MIN_SIZE_TEST", 128,
+                             "INPUT.MAX_SIZE_TEST", 160, "MODEL.FCOS.INFERENCE_BACKEND", backend])
+        predictors[backend] = Predictor(cfg)
+    image = (torch.rand(128, 160, 3, generator=torch.Generator().manual_seed(0)) * 255)
+    image = image.to(torch.uint8).numpy()
+    want, got = (predictors[b](image) for b in ("eager", "bf16_compiled"))
+    assert predictors["eager"].model.backend_runner is None
+    assert predictors["bf16_compiled"].model.backend_runner.backend == "bf16_compiled"
+    _assert_top_detections_agree((got.pred_boxes.tensor, got.scores, got.pred_classes),
+                                 (want.pred_boxes.tensor, want.scores, want.pred_classes),
+                                 top=10, box_tol=2.0, min_found=8)
