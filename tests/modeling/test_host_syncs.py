@@ -5,8 +5,8 @@ reading or assigning through a boolean mask, a hidden nonzero) is called in the 
 forward + losses, or in an inference call, but the exceptions listed in ALLOWED with the
 reason for each.
 
-On the CPU nothing waits, so the test counts the calls instead: it patches those methods
-of ``torch.Tensor`` and records the file and function of each caller.
+On the CPU nothing waits, so the test counts the calls instead: a TorchFunctionMode sees
+each of those operations and records the file and function of its caller.
 (On a GPU the same holds with ``torch.cuda.set_sync_debug_mode("error")``; no GPU is lent
 to this test.)
 """
@@ -20,6 +20,7 @@ from detectron2.config import get_cfg
 from detectron2.modeling import build_model
 from detectron2.structures import Boxes, Instances
 from detectron2.utils.events import EventStorage
+from torch.overrides import TorchFunctionMode
 
 from fcos_d2 import add_fcos_config
 
@@ -80,47 +81,57 @@ def _inputs():
     return inputs
 
 
-def _caller(depth: int = 2):
-    """(file relative to its package root, function) of the frame that called the patch."""
-    frame = sys._getframe(depth)
-    path = Path(frame.f_code.co_filename).resolve().as_posix()
-    for root in ("fcos_d2/", "detectron2/", "torchvision/", "torch/", "benchmarks/", "tests/"):
-        if "/" + root in path:
-            path = root + path.rsplit("/" + root, 1)[1]
-            break
-    return path, frame.f_code.co_name
+# Frames of torch's own dispatch between a caller and the mode, skipped when naming the caller.
+_DISPATCH_FILES = ("torch/overrides.py", "torch/_tensor.py", "tests/modeling/test_host_syncs.py")
+
+
+def _caller():
+    """(file relative to its package root, function) of the code that called the operation:
+    the first frame outside this mode and torch's dispatch wrappers."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        path = Path(frame.f_code.co_filename).resolve().as_posix()
+        for root in ("fcos_d2/", "detectron2/", "torchvision/", "torch/", "benchmarks/",
+                     "tests/"):
+            if "/" + root in path:
+                path = root + path.rsplit("/" + root, 1)[1]
+                break
+        if path not in _DISPATCH_FILES or frame.f_code.co_name.startswith("test_"):
+            return path, frame.f_code.co_name
+        frame = frame.f_back
+    return "?", "?"
+
+
+def _is_mask_index(index) -> bool:
+    parts = index if isinstance(index, tuple) else (index,)
+    return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in parts)
+
+
+class SyncCounter(TorchFunctionMode):
+    """Counts every syncing operation that goes through torch's dispatch while it is
+    active, by (caller file, caller function, operation). A TorchFunctionMode sees each
+    call without touching torch.Tensor (patching its methods changes the type's slots for
+    good: tensors then look like Python sequences to torch.tensor())."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = Counter()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in SYNCING:
+            self.calls[(*_caller(), name)] += 1
+        elif name in ("__getitem__", "__setitem__") and len(args) > 1 \
+                and _is_mask_index(args[1]):
+            self.calls[(*_caller(), MASK_INDEX)] += 1
+        return func(*args, **(kwargs or {}))
 
 
 @pytest.fixture
-def sync_calls(monkeypatch):
+def sync_calls():
     """A Counter of (file, function, operation) of every syncing call while it is active."""
-    calls = Counter()
-    for name in SYNCING:
-        original = getattr(torch.Tensor, name)
-
-        def counted(self, *args, __original=original, __name=name, **kwargs):
-            calls[(*_caller(), __name)] += 1
-            return __original(self, *args, **kwargs)
-
-        monkeypatch.setattr(torch.Tensor, name, counted)
-    getitem, setitem = torch.Tensor.__getitem__, torch.Tensor.__setitem__
-
-    def count_masks(index):
-        parts = index if isinstance(index, tuple) else (index,)
-        if any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in parts):
-            calls[(*_caller(3), MASK_INDEX)] += 1
-
-    def indexed(self, index):
-        count_masks(index)
-        return getitem(self, index)
-
-    def assigned(self, index, value):
-        count_masks(index)
-        return setitem(self, index, value)
-
-    monkeypatch.setattr(torch.Tensor, "__getitem__", indexed)
-    monkeypatch.setattr(torch.Tensor, "__setitem__", assigned)
-    return calls
+    with SyncCounter() as counter:
+        yield counter.calls
 
 
 def _not_allowed(calls):
@@ -134,6 +145,7 @@ def test_the_patch_counts_each_syncing_operation(sync_calls):
     x[x > 1] = 0.0
     ours = Counter({op: n for (path, _, op), n in sync_calls.items()
                     if path == "tests/modeling/test_host_syncs.py"})
+    assert torch.tensor([[x[0], x[1]]]).shape == (1, 2)  # tensors are no sequences
     assert set(ours) == {*SYNCING, MASK_INDEX} and ours[MASK_INDEX] == 2
 
 
