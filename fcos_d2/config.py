@@ -17,7 +17,7 @@ from typing import Callable, List
 from detectron2.config import CfgNode as CN
 
 from .project_files import project_dir
-from .report import add_report_config
+from .evaluation.report.config import add_report_config
 
 # configs/ of the installed package (pip install .) or of the source checkout (pip install -e).
 CONFIGS_DIR = project_dir() / "configs"

@@ -27,7 +27,7 @@ from detectron2.engine import HookBase
 from detectron2.utils import comm
 
 from ..evaluation import append_summary_note
-from ..report.page import add_page_note
+from ..evaluation.report.page import add_page_note
 
 __all__ = ["EarlyStop", "ImprovementTracker", "KeepBestCheckpoint", "best_metric_name"]
 

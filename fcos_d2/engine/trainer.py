@@ -42,8 +42,8 @@ from ..evaluation import append_summaries, expected_results_verdict, iterations_
 from ..modeling import FCOSWithTTA
 from ..modeling.fast_inference import fast_inference_enabled, inference_model
 from ..parallel import unwrap_ddp
-from ..report import ReportOptions
-from ..report.evaluator import ReportingCOCOEvaluator
+from ..evaluation.report import ReportOptions
+from ..evaluation.report.evaluator import ReportingCOCOEvaluator
 from ..trainer_extensions import trainer_extensions_for
 from ..visualization import save_loader_predictions
 from .amp import CPUAMPTrainer, cpu_autocast_dtype

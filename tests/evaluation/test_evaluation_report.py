@@ -21,10 +21,10 @@ from PIL import Image
 
 from fcos_d2 import add_fcos_config
 from fcos_d2.data.register import register_coco_dataset
-from fcos_d2.report import ReportOptions
-from fcos_d2.report.curves import pr_curves
-from fcos_d2.report.errors import match_image
-from fcos_d2.report.evaluator import ReportingCOCOEvaluator
+from fcos_d2.evaluation.report import ReportOptions
+from fcos_d2.evaluation.report.curves import pr_curves
+from fcos_d2.evaluation.report.errors import match_image
+from fcos_d2.evaluation.report.evaluator import ReportingCOCOEvaluator
 
 
 def detections(boxes, classes, scores, size=(128, 128)) -> Instances:

@@ -19,7 +19,7 @@ from detectron2.data import DatasetCatalog, MetadataCatalog
 from detectron2.evaluation import COCOEvaluator
 from detectron2.utils import comm
 
-from ..data.images import read_image
+from ...data.images import read_image
 from .config import ReportOptions
 from .curves import save_ap_bars, save_png, save_pr_plots
 from .errors import draw_side_by_side, ground_truth_boxes, match_image, worst_images
