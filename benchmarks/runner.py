@@ -5,6 +5,7 @@ keeps the losses, and reading the JSON-lines files the runs append to.
 process with one thread, ``jobs`` at a time: ``python -m <module> --run NAME --seed SEED
 --output OUTPUT EXTRA_ARGS OPTS`` from the repository's root.
 """
+import argparse
 import json
 import os
 import statistics
@@ -45,6 +46,13 @@ def next_ready(todo: List[Tuple[str, int]], running: List[tuple],
         if can_start is None or can_start(name, seed, waiting):
             return index
     return None
+
+
+def add_child_arguments(parser: argparse.ArgumentParser) -> None:
+    """The hidden flags with which ``run_all`` starts a child process: ``--run`` (one
+    contender, or one E) and ``--seed``."""
+    parser.add_argument("--run", help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
 
 
 def run_all(todo: List[Tuple[str, int]], jobs: int, output: Path, opts: Sequence[str],

@@ -16,7 +16,7 @@ import benchmarks.epochs as package
 from benchmarks import tables
 from benchmarks.epochs import curve
 from benchmarks.records import read_numbered_records
-from benchmarks.runner import module_command, run_all
+from benchmarks.runner import add_child_arguments, module_command, run_all
 from benchmarks.train_quality import protocol
 
 MODULE = "benchmarks.epochs"
@@ -119,8 +119,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("opts", nargs=argparse.REMAINDER, default=[],
                         help="KEY VALUE overrides for every run (stored runs count only "
                              "with the same overrides)")
-    parser.add_argument("--run", help=argparse.SUPPRESS)  # child: one E ...
-    parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)  # ... and one seed
+    add_child_arguments(parser)  # child: one E and one seed
     return parser
 
 

@@ -16,8 +16,8 @@ from benchmarks import records
 from benchmarks.masks.configs import (CONTENDERS, REPO, SIPMASK_CONFIG, TRAIN_NAME,
                                       base_config_file, base_max_iter, run_key, setup_cfg,
                                       val_dataset)
-from benchmarks.runner import (append_results, load_results, loss_recorder, module_command,
-                               run_all)
+from benchmarks.runner import (add_child_arguments, append_results, load_results,
+                               loss_recorder, module_command, run_all)
 
 MODULE = "benchmarks.masks"
 BENCHMARK = "masks"  # benchmarks/results/masks.jsonl
@@ -229,8 +229,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("opts", nargs=argparse.REMAINDER, default=[],
                         help="config overrides for every contender (KEY VALUE ...); use a "
                              "separate --output for runs with other overrides")
-    parser.add_argument("--run", help=argparse.SUPPRESS)  # child: one contender ...
-    parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)  # ... and one seed
+    add_child_arguments(parser)  # child: one contender and one seed
     return parser
 
 

@@ -15,7 +15,7 @@ from typing import List, Optional, Set, Tuple
 
 import benchmarks.train_quality as package
 from benchmarks import records
-from benchmarks.runner import append_results, module_command, run_all
+from benchmarks.runner import add_child_arguments, append_results, module_command, run_all
 from benchmarks.train_quality import analyses, catalog, costs, protocol
 from benchmarks.train_quality.labelenc import LABELENC, missing_step1
 from benchmarks.train_quality.results import (checked_results, other_overrides,
@@ -220,6 +220,5 @@ def _parser() -> argparse.ArgumentParser:
                         help="config overrides for every contender (KEY VALUE ...); runs "
                              "with other overrides (MODEL.DEVICE aside) need another "
                              "--output: the command refuses to mix them")
-    parser.add_argument("--run", help=argparse.SUPPRESS)  # child: one contender ...
-    parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)  # ... and one seed
+    add_child_arguments(parser)  # child: one contender and one seed
     return parser
