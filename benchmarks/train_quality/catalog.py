@@ -6,7 +6,7 @@ import importlib.util
 from collections import OrderedDict
 from typing import Dict, List, Sequence
 
-from benchmarks.train_quality import labelenc
+from benchmarks.train_quality import family, labelenc
 from benchmarks.train_quality.contenders import (
     DETECTRON2, DETECTRON2_VARIANTS, EVAL_VARIANTS, FASTER_RCNN, OFFICIAL, RECIPE,
     RECIPE_VARIANTS, SAME_ITERATIONS, SCHEDULES, TORCHVISION, VARIANTS, Contender, FasterRCNN,
@@ -41,6 +41,7 @@ def _catalog() -> Dict[str, Contender]:
     variants += [FcosD2Contender(f"{RECIPE}+{v}", o) for v, o in RECIPE_VARIANTS.items()]
     variants += [OtherFCOS(f"{DETECTRON2}+{v}", DETECTRON2, o)
                  for v, o in DETECTRON2_VARIANTS.items()]
+    variants += family.family_contenders()
     return OrderedDict((c.name, c) for c in [*main, *variants])
 
 
@@ -79,9 +80,20 @@ def inference_variants_of(name: str) -> List[Contender]:
     return [c for c in _catalog().values() if c.trained_by == name]
 
 
+def family_names() -> List[str]:
+    """The contenders of issue 50's and 51's tables (``--contenders family``): FCOS's head,
+    detectron2's Faster R-CNN and RetinaNet, NAS-FCOS's and FAD's rows; the NAS-FCOS
+    published genotype with its deformable convs only by name (hours on a CPU)."""
+    return [family.FCOS_HEAD, FASTER_RCNN, *(c.name for c in family.family_contenders()
+                                             if c.name != family.NAS_HEAD_DCN)]
+
+
 def default_contenders(names: List[str], regime: str) -> List[str]:
-    """The contenders of ``--contenders all`` in `regime` among `names`."""
-    return [n for n in names if regime != "shapes" or n not in ADDED_WITH_THIN]
+    """The contenders of ``--contenders all`` in `regime` among `names` (the family's by
+    ``--contenders family`` only)."""
+    members = {c.name for c in family.family_contenders()}
+    return [n for n in names
+            if n not in members and (regime != "shapes" or n not in ADDED_WITH_THIN)]
 
 
 def has_detectron2_fcos() -> bool:

@@ -160,7 +160,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         print(printed)
         return
     chosen = catalog.default_contenders(names, args.regime) if args.contenders == ["all"] \
-        else args.contenders
+        else catalog.family_names() if args.contenders == ["family"] else args.contenders
     unknown = [c for c in chosen if c not in names]
     if unknown:
         parser.error(f"unknown contenders {unknown}; --list prints the names")
@@ -177,7 +177,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="shapes: 128-px shapes, 6 classes (default); thin: 256-352 px "
                              "images, 10 classes of thin and filled objects")
     parser.add_argument("--contenders", nargs="+", default=["all"],
-                        help="names as --list prints them, or 'all'")
+                        help="names as --list prints them, 'all', or 'family' (FCOS's head, "
+                             "Faster R-CNN, RetinaNet, NAS-FCOS's and FAD's rows)")
     parser.add_argument("--seeds", nargs="+", type=int,
                         help="default: the regime's (shapes 0 1 2, thin 0 1 2 3 4)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at once, one thread each")
