@@ -17,8 +17,10 @@ formulation included, is the recipe's, so a row differs from FCOS's by its FPN o
 - ``fad paper``: FAD's towers with the paper's genotypes; ``fad searched``: the genotype
   of ``genotypes/fad_searched.log`` (written by the search its header names); ``fad
   random-1`` / ``random-2``: genotypes drawn from FAD's space
-  (``fad.genotypes.random_genotype``). One cell a tower and 32 channels an edge, as
-  ``configs/FAD/FAD-tiny-train.yaml`` trains on a CPU (FAD: two cells, 96).
+  (``fad.genotypes.random_genotype``). One cell a tower, as
+  ``configs/FAD/FAD-tiny-train.yaml`` trains on a CPU (FAD: two), and 64 channels an edge
+  (FAD: 96; the tiny config's 32 make GroupNorm(32) one channel a group, which fails on
+  the recipe's 1x1 P7 at batch 1).
 - ``detectron2 retinanet``: detectron2's RetinaNet on the same trunk and FPN levels, its
   anchors halved with the recipe's sizes of interest (16-256 px on P3-P7).
 """
@@ -114,10 +116,10 @@ class NASFCOSContender(FcosD2Contender):
 
 
 def fad_overrides(genotypes: Sequence = ()) -> List:
-    """The keys that make the recipe FAD (one cell a tower, 32 channels an edge, as
-    FAD-tiny-train.yaml); `genotypes`: further keys choosing them (none: the paper's)."""
+    """The keys that make the recipe FAD (one cell a tower, as FAD-tiny-train.yaml, 64
+    channels an edge); `genotypes`: further keys choosing them (none: the paper's)."""
     return ["MODEL.META_ARCHITECTURE", "FAD",
-            "MODEL.FAD.NUM_CHANNELS_BOX", 32, "MODEL.FAD.NUM_CHANNELS_CLS", 32,
+            "MODEL.FAD.NUM_CHANNELS_BOX", 64, "MODEL.FAD.NUM_CHANNELS_CLS", 64,
             "MODEL.FAD.NUM_CELLS_BOX", 1, "MODEL.FAD.NUM_CELLS_CLS", 1,
             "MODEL.FCOS.CHANNELS_LAST", False, *genotypes]
 
