@@ -14,6 +14,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from benchmarks import family_tables
 from benchmarks.records import REPO, RESULTS_DIR, RecordsError, read_numbered_records
 from benchmarks.train_quality import equal_time
 
@@ -280,6 +281,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
         print(f"wrote {target} from {source}")
+    for target, text in family_tables.derived_outputs(
+            args.records, args.docs, embed=args.docs.resolve() == DOCS_DIR.resolve()).items():
+        if args.check:
+            if not target.is_file() or target.read_text() != text:
+                stale.append(str(target))
+            continue
+        target.write_text(text)
+        print(f"wrote {target} (the family table)")
     if stale:
         print(f"stale or missing: {', '.join(stale)}; run python -m benchmarks.tables",
               file=sys.stderr)

@@ -16,7 +16,7 @@ from typing import List, Optional, Set, Tuple
 import benchmarks.train_quality as package
 from benchmarks import records
 from benchmarks.runner import add_child_arguments, append_results, module_command, run_all
-from benchmarks.train_quality import analyses, catalog, costs, protocol
+from benchmarks.train_quality import analyses, catalog, costs, family_costs, protocol
 from benchmarks.train_quality.labelenc import LABELENC, missing_step1
 from benchmarks.train_quality.results import (checked_results, other_overrides,
                                               repository_record, summarise, summarise_times)
@@ -122,11 +122,27 @@ def cost_estimate(args, argv: List[str]) -> str:
     return table
 
 
+def family_cost_estimate(args, argv: List[str]) -> str:
+    """--family-costs RUNS: parameters, GFLOPs and CPU latency of the family's contenders
+    (or of --contenders), recorded, then their table."""
+    import fcos_d2  # noqa: F401  (before detectron2)
+
+    chosen = catalog.family_names() if args.contenders in (["all"], ["family"]) \
+        else args.contenders
+    measured = family_costs.measure(chosen, args.family_costs, args.threads_per_cost)
+    for record in family_costs.cost_records(measured, args.family_costs, args.threads_per_cost,
+                                            f"python -m {MODULE} {shlex.join(argv)}"):
+        records.append_record(record)
+    return family_costs.costs_table(measured)
+
+
 def _read_only_modes(args, output: Path, argv: List[str]) -> Optional[str]:
     """The output of a mode that trains nothing, None if none was asked for."""
     chosen = None if args.contenders == ["all"] else args.contenders
     if args.labelenc_cost or args.regime_cost:
         return cost_estimate(args, argv)
+    if args.family_costs:
+        return family_cost_estimate(args, argv)
     if args.positives:
         import fcos_d2  # noqa: F401  (before detectron2)
 
@@ -192,6 +208,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--labelenc-cost", type=int, metavar="REPEATS",
                         help="time training iterations of the recipe and LabelEnc's steps "
                              "side by side (REPEATS rounds), print the table and exit")
+    parser.add_argument("--family-costs", type=int, metavar="RUNS",
+                        help="parameters, GFLOPs and CPU latency per image (median of RUNS "
+                             "rounds) of the family's contenders (or --contenders), recorded "
+                             "in benchmarks/results/family_costs.jsonl; print and exit")
+    parser.add_argument("--threads-per-cost", type=int, default=1,
+                        help="threads of --family-costs (default 1)")
     parser.add_argument("--positives", action="store_true",
                         help="count where the assignment of fcos-d2 contenders (--contenders, "
                              "default: official, recipe, atss, recipe+atss-anchors-4) puts "

@@ -45,6 +45,9 @@ NAS_GENOTYPE_FILES = {NAS_SEARCHED: "nas_fcos_searched.yaml",
 FAD_PAPER, FAD_SEARCHED = "fad paper", "fad searched"
 FAD_RANDOM = {"fad random-1": 1, "fad random-2": 2}  # name -> random_genotype's seed
 RETINANET = "detectron2 retinanet"
+# The tables' order: the references, then each member's rows
+FAMILY_ORDER = [FCOS_HEAD, "detectron2 faster-rcnn", RETINANET, NAS_FPN, NAS_HEAD, NAS_HEAD_DCN,
+                *NAS_GENOTYPE_FILES, FAD_PAPER, FAD_SEARCHED, *FAD_RANDOM]
 
 # The published NAS-FCOS graph with separable 3x3 convs in place of its deformable ones
 # (configs/NAS-FCOS/quickstart.yaml), and the published head likewise

@@ -416,12 +416,21 @@ def test_each_recipe_variant_changes_exactly_the_keys_it_names_on_the_recipe(var
     assert f"{cn.RECIPE}+{variant}" in catalog.contender_names()
 
 
+def family_order():
+    from benchmarks.train_quality.family import FAMILY_ORDER
+
+    return FAMILY_ORDER
+
+
 def test_all_of_the_shapes_regime_is_todays_contenders_and_thin_runs_every_one():
     names = catalog.contender_names()
     shapes = catalog.default_contenders(names, "shapes")
     thin = catalog.default_contenders(names, "thin")
-    assert thin == names and {"detectron2", "fcos-d2 like-detectron2", "torchvision"} <= set(thin)
-    assert set(names) - set(shapes) == set(catalog.ADDED_WITH_THIN)
+    family = set(family_order()) - {"fcos-d2 recipe", "detectron2 faster-rcnn"}
+    # the family's rows by --contenders family only, in either regime
+    assert thin == [n for n in names if n not in family]
+    assert {"detectron2", "fcos-d2 like-detectron2", "torchvision"} <= set(thin)
+    assert set(names) - set(shapes) == set(catalog.ADDED_WITH_THIN) | family
     assert "fcos-d2 atss" in thin and "fcos-d2 recipe+atss" in thin
 
 

@@ -1,0 +1,169 @@
+"""The family's contenders of the training-quality benchmark (benchmarks/train_quality/
+family.py): NAS-FCOS and FAD on the recipe's trunk with only their FPN or head changed,
+searched genotypes read from files, deformable convs replaced on the CPU, RetinaNet on the
+same trunk; the genotype file writer; the cost records; the family table and its block in
+the member READMEs."""
+import json
+
+import pytest
+import torch
+from detectron2.modeling import build_model
+
+from benchmarks import family_tables, tables
+from benchmarks.train_quality import catalog, family, family_costs
+
+SMALL = ["MODEL.FPN.OUT_CHANNELS", 32, "MODEL.FCOS.NUM_CONVS", 1]
+
+
+def _trunk(model) -> dict:
+    bottom_up = getattr(model.backbone, "bottom_up", model.backbone)
+    return {k: tuple(v.shape) for k, v in bottom_up.state_dict().items()
+            if k.startswith(("stem", "res"))}
+
+
+def test_the_family_names_are_the_references_and_every_member_row_without_the_dcn_one():
+    names = catalog.family_names()
+    assert names[:2] == ["fcos-d2 recipe", "detectron2 faster-rcnn"]
+    assert family.NAS_HEAD_DCN not in names  # by name only: hours on a CPU
+    assert set(names) == set(family.FAMILY_ORDER) - {family.NAS_HEAD_DCN}
+    # not in "all": the measured table of --contenders all stays what it was
+    assert not set(catalog.default_contenders(catalog.contender_names(), "shapes")) \
+        & set(family.FAMILY_ORDER[2:])
+
+
+def test_nas_fcos_rows_change_the_fpn_and_head_only():
+    recipe = catalog.contender_cfg("fcos-d2 recipe", 0, "unused")
+    fpn = catalog.contender_cfg(family.NAS_FPN, 0, "unused")
+    head = catalog.contender_cfg(family.NAS_HEAD, 0, "unused")
+    assert fpn.MODEL.META_ARCHITECTURE == head.MODEL.META_ARCHITECTURE == "NASFCOS"
+    assert fpn.MODEL.NAS_FCOS.HEAD_GENOTYPE == []  # FCOS's head on the searched FPN
+    assert head.MODEL.NAS_FCOS.HEAD_GENOTYPE == family.CPU_HEAD_GENOTYPE
+    assert fpn.MODEL.NAS_FCOS.CHANNELS == recipe.MODEL.FPN.OUT_CHANNELS == 128
+    for key in ("DATASETS", "SOLVER", "INPUT", "SEED"):
+        assert fpn[key] == recipe[key], key
+    # the recipe's FCOS formulation, not the published one: rows differ by FPN and head
+    differ = {k for k in recipe.MODEL.FCOS if fpn.MODEL.FCOS[k] != recipe.MODEL.FCOS[k]}
+    assert differ <= {"TOP_BLOCKS_IN", "CHANNELS_LAST"}
+
+
+def test_without_dcn_replaces_every_deformable_conv_and_nothing_else():
+    fpn = [[3, 2, "def_conv_3x3", "skip_connect", "psum"], [4, 0, "sep_conv_3x3", "def_conv_3x3", "cat"]]
+    head = ["def_conv_3x3", "conv1x1", "skip_connect"]
+    assert family.without_dcn(fpn, head) == (
+        [[3, 2, "sep_conv_3x3", "skip_connect", "psum"], [4, 0, "sep_conv_3x3", "sep_conv_3x3", "cat"]],
+        ["sep_conv_3x3", "conv1x1", "skip_connect"])
+
+
+def test_a_searched_row_trains_its_files_genotype_without_dcn(tmp_path, monkeypatch):
+    genotype = {"FPN_GENOTYPE": [list(c) for c in family.CPU_FPN_GENOTYPE],
+                "HEAD_GENOTYPE": ["def_conv_3x3", "conv1x1", "conv3x3", "skip_connect",
+                                  "conv1x1", "conv3x3"], "HEAD_SHARE_INDEX": 2}
+    (tmp_path / "g.yaml").write_text(json.dumps(genotype))  # YAML reads JSON
+    monkeypatch.setattr(family, "GENOTYPES", tmp_path)
+    cfg = family.NASFCOSContender("x", genotype_file="g.yaml").config(0, "unused")
+    assert cfg.MODEL.NAS_FCOS.HEAD_GENOTYPE == ["sep_conv_3x3", "conv1x1", "conv3x3",
+                                                "skip_connect", "conv1x1", "conv3x3"]
+    assert cfg.MODEL.NAS_FCOS.HEAD_SHARE_INDEX == 2
+    with pytest.raises(FileNotFoundError, match="missing.yaml: no such genotype file"):
+        family.NASFCOSContender("y", genotype_file="missing.yaml").config(0, "unused")
+    (tmp_path / "bad.yaml").write_text("FPN_GENOTYPE: []\n")
+    with pytest.raises(KeyError, match=r"bad.yaml: missing keys \['HEAD_GENOTYPE'"):
+        family.NASFCOSContender("z", genotype_file="bad.yaml").config(0, "unused")
+
+
+def test_the_committed_genotypes_build():
+    for name in [*family.NAS_GENOTYPE_FILES, family.FAD_SEARCHED]:
+        cfg = catalog.contender_cfg(name, 0, "unused", SMALL)
+        assert build_model(cfg).__class__.__name__ == ("FAD" if "fad" in name else "NASFCOS")
+
+
+def test_fad_rows_differ_by_genotype_only():
+    paper = catalog.contender_cfg(family.FAD_PAPER, 0, "unused")
+    random_1 = catalog.contender_cfg("fad random-1", 0, "unused")
+    random_2 = catalog.contender_cfg("fad random-2", 0, "unused")
+    assert paper.MODEL.META_ARCHITECTURE == "FAD" and paper.MODEL.FAD.NUM_CHANNELS_BOX == 64
+    assert len({str(c.MODEL.FAD.GENO_BOX) for c in (paper, random_1, random_2)}) == 3
+    assert paper.MODEL.FAD.NUM_CELLS_BOX == random_1.MODEL.FAD.NUM_CELLS_BOX == 1
+
+
+def test_retinanet_is_detectron2s_on_the_recipes_trunk_with_halved_anchors():
+    from detectron2.modeling.meta_arch import RetinaNet
+
+    cfg = catalog.contender_cfg(family.RETINANET, 0, "unused", SMALL)
+    model, recipe = build_model(cfg), build_model(catalog.contender_cfg("fcos-d2 recipe", 0, "unused", SMALL))
+    assert isinstance(model, RetinaNet) and cfg.MODEL.RETINANET.NUM_CLASSES == 6
+    assert _trunk(model) == _trunk(recipe)
+    assert [round(s[0]) for s in cfg.MODEL.ANCHOR_GENERATOR.SIZES] == [16, 32, 64, 128, 256]
+    assert cfg.MODEL.RETINANET.IN_FEATURES == ["p3", "p4", "p5", "p6", "p7"]
+
+
+def test_a_genotype_file_is_written_from_a_searchs_records(tmp_path, monkeypatch):
+    records = [{"phase": "fpn", "sample": 0, "reward": -2.0, "genotype": {"FPN_GENOTYPE": [[0]]}},
+               {"phase": "fpn", "sample": 1, "reward": -1.5, "genotype": {"FPN_GENOTYPE": [[1]]}},
+               {"phase": "head", "sample": 0, "reward": -1.8,
+                "genotype": {"HEAD_GENOTYPE": ["conv1x1"], "HEAD_SHARE_INDEX": 3}}]
+    (tmp_path / "search_records.json").write_text(json.dumps(records))
+    monkeypatch.setattr(family, "GENOTYPES", tmp_path)
+    family.main(["--records", str(tmp_path / "search_records.json"), "--fpn-sample", "1",
+                 "--head-sample", "0", "--name", "g", "--source", "a search"])
+    text = (tmp_path / "g.yaml").read_text()
+    assert "#   a search" in text.splitlines()[1]
+    assert family.read_nas_genotype(tmp_path / "g.yaml") == {
+        "FPN_GENOTYPE": [[1]], "HEAD_GENOTYPE": ["conv1x1"], "HEAD_SHARE_INDEX": 3,
+        "fpn_reward": -1.5, "head_reward": -1.8}
+    with pytest.raises(KeyError, match="no head sample 5"):
+        family.nas_genotype_of_search(tmp_path / "search_records.json", 0, 5)
+
+
+def test_cost_records_hold_each_contenders_params_gflops_and_latency():
+    model = torch.nn.Conv2d(3, 4, 1)
+    assert family_costs.timed_inference({"m": lambda x: model(x)}, torch.zeros(1, 3, 2, 2), 2)["m"] > 0
+    costs = {"a": {"params_M": 1.0, "gflops": 2.0, "latency_ms": 3.0}}
+    (record,) = family_costs.cost_records(costs, 5, 1, "cmd")
+    assert record["benchmark"] == "family_costs" and record["metrics"] == costs["a"]
+    assert record["run"] == {"contender": "a", "runs": 5, "threads": 1}
+    assert family_costs.costs_table(costs).splitlines()[-1] == "| a | 1.00 | 2.000 | 3.0 |"
+
+
+def _record(benchmark, seed, metrics, times, run):
+    return {"benchmark": benchmark, "date": "d", "commit": "b" * 40, "dirty": False,
+            "cpu": {"model": "CPU", "flags": []}, "command": "c", "seed": seed,
+            "overrides": [], "metrics": metrics, "times": times, "run": run}
+
+
+def test_the_family_table_joins_ap_over_seeds_with_the_latest_costs(tmp_path):
+    quality = [_record("train_quality", s, {"AP": ap, "AP50": 2 * ap},
+                       {"seconds_per_iteration": 0.2}, {"contender": family.NAS_HEAD})
+               for s, ap in ((0, 10.0), (1, 14.0))]
+    quality.append(_record("train_quality", 0, {"AP": 99.0, "AP50": 99.0}, {},
+                           {"contender": family.NAS_HEAD, "regime": "thin"}))  # not shapes
+    costs = [_record("family_costs", None, {"params_M": m, "gflops": 0.5, "latency_ms": 7.0},
+                     {}, {"contender": family.NAS_HEAD}) for m in (1.0, 2.0)]
+    rows = family_tables.family_rows(list(enumerate(quality, 1)), list(enumerate(costs, 1)))
+    assert rows == [[family.NAS_HEAD, "0, 1", "12.0 / 2.8", "10.0-14.0", "24.0", "0.200",
+                     "2.00", "0.500", "7.0", "bbbbbbb", "CPU", "1, 2; 2"]]
+
+
+def test_the_family_block_of_a_readme_is_replaced_and_a_missing_marker_named(tmp_path):
+    path = tmp_path / "README.md"
+    text = f"intro\n{family_tables.BEGIN}\nold\n{family_tables.END}\nafter\n"
+    assert family_tables.embedded(text, ["| a |"], path) == \
+        f"intro\n{family_tables.BEGIN}\n| a |\n{family_tables.END}\nafter\n"
+    with pytest.raises(ValueError, match="README.md: expected one"):
+        family_tables.embedded("no markers", ["| a |"], path)
+
+
+def test_the_command_writes_the_family_doc_and_check_tells_it_stale(tmp_path):
+    quality = _record("train_quality", 0, {"AP": 5.0, "AP50": 9.0}, {},
+                      {"contender": family.FAD_PAPER})
+    costs = _record("family_costs", None, {"params_M": 1.0, "gflops": 0.5, "latency_ms": 7.0},
+                    {}, {"contender": family.FAD_PAPER})
+    for name, record in (("train_quality", quality), ("family_costs", costs)):
+        (tmp_path / f"{name}.jsonl").write_text(json.dumps(record) + "\n")
+    argv = ["--records", str(tmp_path), "--docs", str(tmp_path / "docs")]
+    assert tables.main(argv) == 0
+    doc = (tmp_path / "docs" / "family.md").read_text()
+    assert f"| {family.FAD_PAPER} | 0 | 5.0 / n/a |" in doc
+    assert tables.main(argv + ["--check"]) == 0
+    (tmp_path / "docs" / "family.md").write_text("edited")
+    assert tables.main(argv + ["--check"]) == 1
