@@ -7,6 +7,9 @@ test loader, evaluator and fast-inference copy), with each backend's AP less eag
     python -m benchmarks.speed --rows backends-ap \\
         --ap-model configs/quickstart.yaml output/quickstart/model_final.pth
 
+(``--ap-register-coco NAME JSON IMAGES``, repeatable, registers a COCO-format test set a
+model's config names, as ``train_net.py --register-coco``.)
+
 One record per (model, dataset, backend): AP, AP50, ``AP_minus_eager``, the seconds of the
 whole evaluation (model built, weights loaded, compiling, calibrating, every image, COCO
 scoring), the number of images and whether the CPU runs the backend's precision natively.
@@ -24,7 +27,7 @@ from detectron2.config import CfgNode, get_cfg
 from detectron2.data import DatasetCatalog
 
 from fcos_d2.config import add_fcos_config
-from fcos_d2.data.register import check_num_classes
+from fcos_d2.data.register import check_num_classes, register_coco_dataset
 from fcos_d2.modeling.inference_backends import (INT8_CALIBRATION_BATCHES, cpu_capabilities,
                                                  torchao_available)
 from fcos_d2.trainer_extensions import trainer_extensions_for
@@ -148,9 +151,17 @@ def describe(record: dict) -> str:
             f"for {record['images']} images of {record['dataset']}")
 
 
+def register_datasets(datasets: List[Tuple[str, str, str]]) -> None:
+    """Registers each (name, annotations json, image folder) not registered yet, as
+    ``train_net.py --register-coco`` does: the test sets of models trained on them."""
+    for name, json_file, image_root in datasets:
+        if name not in DatasetCatalog.list():
+            register_coco_dataset(name, json_file, image_root)
+
+
 def row(args, models: Optional[List[Tuple[str, str]]] = None) -> List[dict]:
     """The row's records for ``args.ap_model`` (or ``models``); without any model, the usage
-    and SystemExit(2). ``args``: device, ap_output, ap_emulated."""
+    and SystemExit(2). ``args``: device, ap_output, ap_emulated, ap_register_coco."""
     print(f"\n[{ROW}: box AP per MODEL.FCOS.INFERENCE_BACKEND, through --eval-only]")
     if args.device != "cpu":
         print("  skipped: the inference backends are CPU paths")
@@ -159,6 +170,7 @@ def row(args, models: Optional[List[Tuple[str, str]]] = None) -> List[dict]:
     if not models:
         print(f"  {USAGE}")
         raise SystemExit(2)
+    register_datasets(args.ap_register_coco)
     records: List[dict] = []
     for config_file, weights in models:
         for record in model_records(config_file, weights, Path(args.ap_output),

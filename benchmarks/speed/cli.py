@@ -162,6 +162,9 @@ def parse_args(argv=None):
                         help="backends-ap: a trained model to evaluate (repeatable)")
     parser.add_argument("--ap-output", default="output/backends_ap",
                         help="backends-ap: OUTPUT_DIR of the evaluations (<config>/<backend>)")
+    parser.add_argument("--ap-register-coco", nargs=3, action="append", default=[],
+                        metavar=("NAME", "ANNOTATIONS.json", "IMAGE_DIR"),
+                        help="backends-ap: register a COCO-format test set (repeatable)")
     parser.add_argument("--ap-emulated", action="store_true",
                         help="backends-ap: evaluate bf16/int8 where this CPU emulates them")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
@@ -215,6 +218,7 @@ def run_record(report: dict, args, argv: List[str], seconds: float) -> dict:
                "inference_batches": args.inference_batches, "threads": args.threads}
     if args.ap_model:
         options["ap_models"] = [list(pair) for pair in args.ap_model]
+        options["ap_register_coco"] = [list(triple) for triple in args.ap_register_coco]
     return records.make_record(
         BENCHMARK, command=f"python -m benchmarks.speed {shlex.join(argv)}", seed=0,
         overrides=[], metrics={"rows": report["rows"], "targets": report["targets"]},

@@ -33,9 +33,8 @@ def _tiny_cfg(test_set: str):
 
 
 def _hand_set(model) -> None:
-    """Random weights (seed 0) that give boxes of a few strides and spread scores: the
-    head's convs N(0, 0.2), the regression's bias 1.5 (strides from the location)."""
-    torch.manual_seed(0)
+    """Random weights that give boxes of a few strides and spread scores: the head's convs
+    N(0, 0.2), the regression's bias 1.5 (strides from the location)."""
     with torch.no_grad():
         for name in ("cls_tower.0", "bbox_tower.0", "cls_logits", "bbox_pred", "centerness"):
             model.head.get_submodule(name).weight.normal_(0.0, 0.2)
@@ -75,6 +74,7 @@ def tiny_model(tmp_path_factory):
         register_coco_dataset(raw, str(folder / "toy" / "annotations.json"),
                               str(folder / "toy" / "images"))
     cfg = _tiny_cfg(TOY)
+    torch.manual_seed(0)
     model = build_model(cfg)
     _hand_set(model)
     labels = _label_with_detections(model.eval(), _tiny_cfg(raw), raw, json.loads(
@@ -165,7 +165,17 @@ def test_the_row_evaluates_every_backend_through_eval_only_and_is_tabled(tiny_mo
         # --eval-only's trainer wrote its summary for this backend's evaluation
         assert (tmp_path / "out" / "tiny" / backend / "inference" / TOY / "summary.txt").is_file()
     assert record["run"]["options"]["ap_models"] == [[config, weights]]
+    assert record["run"]["options"]["ap_register_coco"] == []
     table = "\n".join(tables.speed_table([(line, record)]))
     assert "Box AP per MODEL.FCOS.INFERENCE_BACKEND" in table
     assert f"| {config} | {weights} | {TOY} | eager | fp32 | {eager['AP']:.2f} |" in table
     assert "int8_pt2e AP - eager fp32 AP, tiny.yaml" in table or "skipped" in got["int8_pt2e"]
+
+
+def test_the_row_registers_the_coco_test_sets_it_is_given(dataset):
+    name = "backends_ap_registered"  # conftest's 4 synthetic shapes images
+    args = cli.parse_args(["--ap-register-coco", name, str(dataset / "annotations.json"),
+                           str(dataset / "images")])
+    ap_row.register_datasets(args.ap_register_coco)
+    assert len(DatasetCatalog.get(name)) == 4
+    ap_row.register_datasets(args.ap_register_coco)  # again: left as it is (no re-register error)
