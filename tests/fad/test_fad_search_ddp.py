@@ -22,6 +22,7 @@ TINY = ["MODEL.FPN.OUT_CHANNELS", "32", "INPUT.MIN_SIZE_TRAIN", "(64,)",
         "INPUT.MAX_SIZE_TRAIN", "64", "SOLVER.IMS_PER_BATCH", "2", "SOLVER.MAX_ITER", "3",
         "SOLVER.CHECKPOINT_PERIOD", "2", "MODEL.FAD.SEARCH.GENOTYPE_PERIOD", "2"]
 SPLIT_INDEPENDENT = ["MODEL.RESNETS.NORM", "FrozenBN", "INPUT.RANDOM_FLIP", "none"]
+SECOND_ORDER = ["MODEL.FAD.SEARCH.SECOND_ORDER", "True"]
 
 
 def tiny_cfg(output, *opts):
@@ -31,8 +32,9 @@ def tiny_cfg(output, *opts):
     return fad_search.setup(args)
 
 
-def first_step_gradients(output) -> list:
-    """The averaged gradients of iteration 0: [architecture weights', weights']."""
+def first_step_gradients(output, *opts) -> list:
+    """The averaged gradients of iteration 0: [architecture weights', weights'] (first
+    order; second order: the virtual step's weights', dL_val/dw', then those two)."""
     recorded, average = [], fad_search.average_over_workers
 
     def recording(tensors):
@@ -41,10 +43,10 @@ def first_step_gradients(output) -> list:
 
     fad_search.average_over_workers = recording
     try:
-        fad_search.Search(tiny_cfg(output, *SPLIT_INDEPENDENT)).step(0)
+        fad_search.Search(tiny_cfg(output, *SPLIT_INDEPENDENT, *opts)).step(0)
     finally:
         fad_search.average_over_workers = average
-    return recorded[:2]  # the third call averages the buffers
+    return recorded[:-1]  # the last call averages the buffers
 
 
 def final_state(search) -> dict:
@@ -57,6 +59,7 @@ def search_worker(folder: str) -> None:
     what it holds to rank<r>.pth."""
     folder, rank = Path(folder), comm.get_rank()
     gradients = first_step_gradients(folder / "split")
+    second_order = first_step_gradients(folder / "second", *SECOND_ORDER)
     writes, write = [], fad_search.write_genotype_file
     fad_search.write_genotype_file = lambda path, *genotypes: (writes.append(Path(path).name),
                                                                write(path, *genotypes))
@@ -72,7 +75,7 @@ def search_worker(folder: str) -> None:
     resumed = fad_search.Search(tiny_cfg(folder / "resumed"))
     assert resumed.resume() and resumed.start_iter == 2
     resumed.run()
-    torch.save({"gradients": gradients, "straight": final_state(straight),
+    torch.save({"gradients": gradients, "second_order": second_order, "straight": final_state(straight),
                 "resumed": final_state(resumed), "writes": writes,
                 "history": straight.history}, folder / f"rank{rank}.pth")
 
@@ -115,19 +118,35 @@ def test_two_workers_resume_exactly(workers):
         assert torch.equal(straight[key], resumed[key]), key
 
 
+def assert_same_gradients(got, expected, steps):
+    """``steps``: (name, absolute tolerance as a fraction of the step's whole gradient)."""
+    assert len(got) == len(expected) == len(steps)
+    for (name, noise), got_step, expected_step in zip(steps, got, expected):
+        assert len(got_step) == len(expected_step) > 0
+        whole = torch.cat([g.flatten() for g in expected_step]).norm()
+        for g, e in zip(got_step, expected_step):
+            # float32 noise of a sum split in two; a gradient that is zero in exact
+            # arithmetic (a bias before GroupNorm: ~1e-8 of the whole) is all noise
+            assert (g - e).norm() <= 1e-5 * e.norm() + noise * whole, name
+
+
+@pytest.mark.parametrize("order", ["gradients", "second_order"])
 def test_two_workers_with_one_image_average_the_gradients_of_one_worker_with_two(
-        workers, tmp_path):
+        workers, tmp_path, order):
     _, ranks = workers
-    expected = first_step_gradients(tmp_path)
-    for got in (ranks[0]["gradients"], ranks[1]["gradients"]):
-        for name, got_step, expected_step in zip(("alphas", "weights"), got, expected):
-            assert len(got_step) == len(expected_step) > 0
-            whole = torch.cat([g.flatten() for g in expected_step]).norm()
-            for g, e in zip(got_step, expected_step):
-                # float32 noise of a sum split in two; a gradient that is zero in exact
-                # arithmetic (a bias before GroupNorm: ~1e-8 of the whole) is all noise
-                assert (g - e).norm() <= 1e-5 * e.norm() + 1e-6 * whole, name
-    assert all(torch.equal(a, b) for s0, s1 in zip(*[r["gradients"] for r in ranks])
+    if order == "gradients":
+        expected, steps = first_step_gradients(tmp_path), [("alphas", 1e-6), ("weights", 1e-6)]
+    else:
+        expected = first_step_gradients(tmp_path, *SECOND_ORDER)
+        # The alphas' gradient holds the finite-difference HVP (here ~5% of it), whose
+        # central difference of two float32 gradients turns their noise into ~1e-4 of the
+        # whole (1/9 of this bound); each worker's HVP along its own, unaveraged
+        # dL_val/dw' was measured at 3x the bound.
+        steps = [("virtual step", 1e-6), ("dL_val/dw'", 1e-6), ("alphas", 1e-3),
+                 ("weights", 1e-6)]
+    for rank in ranks:
+        assert_same_gradients(rank[order], expected, steps)
+    assert all(torch.equal(a, b) for s0, s1 in zip(ranks[0][order], ranks[1][order])
                for a, b in zip(s0, s1))  # the same average on both workers
 
 
