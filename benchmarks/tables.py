@@ -156,8 +156,9 @@ def _compact(result: dict) -> str:
 
 def speed_table(numbered: Numbered) -> List[str]:
     """The timed results (row, contender, batch) of every run, the parts against
-    torchvision, the other results (FLOPs, memory, ...) and the target ratios."""
-    timed, parts, other, targets = [], [], [], []
+    torchvision, the box AP per inference backend, the other results (FLOPs, memory, ...)
+    and the target ratios."""
+    timed, parts, backend_aps, other, targets = [], [], [], [], []
     for line, record in numbered:
         trace = _provenance([(line, record)])
         threads = record["run"].get("options", {}).get("threads", "")
@@ -175,6 +176,8 @@ def speed_table(numbered: Numbered) -> List[str]:
                 ours, theirs = r["fcos_d2_seconds"], r["torchvision_seconds"]
                 parts.append([r["part"], f"{ours * 1e3:.1f}", f"{theirs * 1e3:.1f}",
                               f"{theirs / ours:.2f}", device, threads, *trace])
+            elif r.get("row") == "backends-ap" and "backend" in r:
+                backend_aps.append([*_backend_ap_cells(r), device, threads, *trace])
             else:
                 other.append([r.get("row", ""), _compact(r), device, threads, *trace])
         targets += [[name, f"{value:.2f}", *trace]
@@ -187,6 +190,10 @@ def speed_table(numbered: Numbered) -> List[str]:
         ("Parts, fcos-d2 against torchvision on the same inputs:",
          ["part", "fcos-d2 ms", "torchvision ms", "torchvision / fcos-d2", "device",
           "threads"], parts),
+        ("Box AP per MODEL.FCOS.INFERENCE_BACKEND (backends-ap; eval s: the whole --eval-only "
+         "run, compiling and calibrating included):",
+         ["model", "weights", "dataset", "backend", "precision", "AP", "AP50", "AP - eager",
+          "eval s", "images", "device", "threads"], backend_aps),
         ("Other results:", ["row", "values", "device", "threads"], other),
         ("Target ratios:", ["ratio", "value"], targets)]
     lines = []
@@ -194,6 +201,17 @@ def speed_table(numbered: Numbered) -> List[str]:
         if rows:
             lines += [title, "", *_table([*header, "commit", "CPU", "record"], rows), ""]
     return lines[:-1]
+
+
+def _backend_ap_cells(r: dict) -> List[str]:
+    """A backends-ap record's cells: model to images; a skipped or failed backend says why
+    in its precision cell."""
+    if "AP" not in r:
+        status = f"skipped: {r['skipped']}" if "skipped" in r else f"failed: {r.get('failed')}"
+        return [r["model"], r["weights"], "", r["backend"], status, "", "", "", "", ""]
+    return [r["model"], r["weights"], r["dataset"], r["backend"], r["precision"],
+            f"{r['AP']:.2f}", f"{r['AP50']:.2f}", f"{r['AP_minus_eager']:+.2f}",
+            f"{r['eval_seconds']:.1f}", r["images"]]
 
 
 def costs_table(numbered: Numbered) -> List[str]:

@@ -3,7 +3,7 @@ detectron2's built-in FCOS, in one process, same thread count, contenders interl
 (one timing of each in turn, so that load from other processes hits all of them alike),
 median of the timings after a warm-up. Prints a table per row and writes a JSON file.
 
-Rows (``--rows``, comma-separated; default all):
+Rows (``--rows``, comma-separated; default all but backends-ap):
   inference  latency per image at batch 1 and throughput at batch 4, 800x1216, float32 and
              bf16 (CPU; fp16 AMP with --device cuda); fcos-d2 as configs/FCOS-R50.yaml,
              also with MODEL.FCOS.CHANNELS_LAST
@@ -26,6 +26,9 @@ Rows (``--rows``, comma-separated; default all):
   backends   MODEL.FCOS.INFERENCE_BACKEND at batch 1 (--backends-size, default 800x1216):
              eager fp32, bf16 compiled (native/emulated labelled), int8 PT2E, against
              torchvision fp32; compile seconds, agreement with fp32's best detections
+  backends-ap  (only when named, with --ap-model CONFIG WEIGHTS, repeatable) the box AP of a
+             trained model on its DATASETS.TEST under each MODEL.FCOS.INFERENCE_BACKEND,
+             through --eval-only's code path, and its difference to eager fp32's
 
 The inference, training and host rows show each result beside its arithmetic floor: the
 model's FLOPs over the rate of its own largest conv in that precision, timed in the same run

@@ -83,10 +83,17 @@ def row_backends(args) -> List[dict]:
     return backends_row.row(args, interleaved_medians, size_hw, bf16_kind(args.device))
 
 
+def row_backends_ap(args) -> List[dict]:
+    from benchmarks.speed import backends_ap_row
+
+    return backends_ap_row.row(args)
+
+
 ROWS = {"inference": row_inference, "training": row_training, "flops": row_flops,
         "memory": row_memory, "parts": row_parts, "onnx": row_onnx, "loader": row_loader,
         "compile": row_compile, "labelenc": row_labelenc, "host": row_host,
-        "backends": row_backends}
+        "backends": row_backends, "backends-ap": row_backends_ap}
+ON_REQUEST = ("backends-ap",)  # rows that need arguments: run only when --rows names them
 
 
 def target_ratios(rows: Dict[str, List[dict]], device: str,
@@ -117,7 +124,7 @@ def target_ratios(rows: Dict[str, List[dict]], device: str,
         if measured:
             ratios[f"training {tag} +CL / fcos-d2 fp32 (target <= 0.7)"] = \
                 training[f"fcos-d2 {tag} +CL"] / training["fcos-d2 fp32"]
-    for row in ("onnx", "loader", "compile", "host", "backends"):
+    for row in ("onnx", "loader", "compile", "host", "backends", "backends-ap"):
         for result in rows.get(row, []):
             ratios.update(result.get("targets", {}))
     if ratios:
@@ -141,14 +148,25 @@ def machine(args) -> dict:
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(prog="python -m benchmarks.speed",
                                      description=package.__doc__.splitlines()[0])
-    parser.add_argument("--rows", default=",".join(ROWS),
-                        help=f"comma-separated, from {list(ROWS)} (default: all)")
+    parser.add_argument("--rows", default=",".join(r for r in ROWS if r not in ON_REQUEST),
+                        help=f"comma-separated, from {list(ROWS)} (default: all but "
+                             f"{list(ON_REQUEST)})")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs after one warm-up")
     parser.add_argument("--quick", action="store_true", help="512x768 images instead of 800x1216")
     parser.add_argument("--inference-batches", default="1,4", type=lambda text: [
         int(x) for x in text.split(",")], help="batch sizes of the inference row (default 1,4)")
     parser.add_argument("--backends-size", default="800x1216",
                         help="HxW of the backends row (compiling R-50 takes minutes per size)")
+    parser.add_argument("--ap-model", nargs=2, action="append", default=[],
+                        metavar=("CONFIG", "WEIGHTS"),
+                        help="backends-ap: a trained model to evaluate (repeatable)")
+    parser.add_argument("--ap-output", default="output/backends_ap",
+                        help="backends-ap: OUTPUT_DIR of the evaluations (<config>/<backend>)")
+    parser.add_argument("--ap-register-coco", nargs=3, action="append", default=[],
+                        metavar=("NAME", "ANNOTATIONS.json", "IMAGE_DIR"),
+                        help="backends-ap: register a COCO-format test set (repeatable)")
+    parser.add_argument("--ap-emulated", action="store_true",
+                        help="backends-ap: evaluate bf16/int8 where this CPU emulates them")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--threads", type=int, default=torch.get_num_threads(),
                         help="torch threads for every contender (default: torch's, all cores)")
@@ -159,6 +177,11 @@ def parse_args(argv=None):
     unknown = [r for r in args.rows.split(",") if r not in ROWS]
     if unknown:
         parser.error(f"--rows: unknown {unknown}, expected some of {list(ROWS)}")
+    if "backends-ap" in args.rows.split(","):
+        from benchmarks.speed.backends_ap_row import USAGE
+        missing = [p for pair in args.ap_model for p in pair if not Path(p).is_file()]
+        if not args.ap_model or missing:
+            parser.error(f"--ap-model: no such file {missing}" if missing else USAGE)
     return args
 
 
@@ -189,9 +212,13 @@ def main(argv: Optional[List[str]] = None) -> None:
 def run_record(report: dict, args, argv: List[str], seconds: float) -> dict:
     """The ``benchmarks.records`` record of a run: every row's results and the targets as
     metrics; the machine (torch, detectron2, device, threads, GPU) and options under "run".
-    The speed rows use random weights and inputs seeded 0, and no config overrides."""
+    The speed rows use random weights and inputs seeded 0, and no config overrides (the
+    backends-ap row: the trained models of ``--ap-model``, in the options)."""
     options = {"rows": args.rows.split(","), "repeats": args.repeats, "quick": args.quick,
                "inference_batches": args.inference_batches, "threads": args.threads}
+    if args.ap_model:
+        options["ap_models"] = [list(pair) for pair in args.ap_model]
+        options["ap_register_coco"] = [list(triple) for triple in args.ap_register_coco]
     return records.make_record(
         BENCHMARK, command=f"python -m benchmarks.speed {shlex.join(argv)}", seed=0,
         overrides=[], metrics={"rows": report["rows"], "targets": report["targets"]},

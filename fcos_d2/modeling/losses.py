@@ -139,15 +139,17 @@ def mean_over_workers(value: float) -> float:
     return means_over_workers([value])[0]
 
 
-def loss_normalizers(num_positives: float, weight_sum: Tensor) -> Tuple[float, Tensor]:
-    """The batch's (positives, box-loss weight sum), each averaged over workers.
+def loss_normalizers(num_positives: float, weight_sum: Tensor,
+                     over_workers: bool = True) -> Tuple[float, Tensor]:
+    """The batch's (positives, box-loss weight sum), each averaged over workers (with
+    ``over_workers`` False, this worker's own: a worker that trains a model of its own).
 
     One worker: as they are, the weight sum left a tensor on its device, so that the step
     never waits for it (the positives' count is on the host already: boolean indexing gave
     it). Several workers: one all-reduce of both (every worker takes part, also one without
     positives), read back to the host as floats.
     """
-    if comm.get_world_size() == 1:
+    if not over_workers or comm.get_world_size() == 1:
         return num_positives, weight_sum
     num_positives, total = means_over_workers([num_positives, float(weight_sum)])
     return num_positives, weight_sum.new_tensor(total)
@@ -196,6 +198,7 @@ def fcos_losses(
     iou_smooth: float = 1.0,
     normalizer: Optional[Callable[[float, float], Tuple[float, float]]] = None,
     cls_loss: str = "focal",
+    over_workers: bool = True,
 ) -> Dict[str, Tensor]:
     """The three FCOS losses of one batch.
 
@@ -217,6 +220,8 @@ def fcos_losses(
         cls_loss: "focal" (official) or "quality_focal": GFL's quality focal loss, the
             positives' target being the IoU of their predicted box with their box
             (detached), beta 2 (``focal_alpha``/``focal_gamma`` then unused).
+        over_workers: average the normalizers over the workers (data-parallel training);
+            False: this worker's own (see :func:`loss_normalizers`).
 
     Returns:
         ``loss_fcos_cls``, ``loss_fcos_loc`` and ``loss_fcos_ctr``, float32 scalars.
@@ -226,14 +231,14 @@ def fcos_losses(
             logits.float(), reg_pred.float(), ctr_logits.float(), labels, reg_targets.float(),
             num_classes=num_classes, focal_alpha=focal_alpha, focal_gamma=focal_gamma,
             loc_loss_type=loc_loss_type, loc_weighting=loc_weighting, iou_smooth=iou_smooth,
-            normalizer=normalizer, cls_loss=cls_loss)
+            normalizer=normalizer, cls_loss=cls_loss, over_workers=over_workers)
 
 
 def _fcos_losses(logits: Tensor, reg_pred: Tensor, ctr_logits: Tensor, labels: Tensor,
                  reg_targets: Tensor, *, num_classes: int, focal_alpha: float,
                  focal_gamma: float, loc_loss_type: str, loc_weighting: str, iou_smooth: float,
                  normalizer: Optional[Callable[[float, float], Tuple[float, float]]],
-                 cls_loss: str = "focal") -> Dict[str, Tensor]:
+                 cls_loss: str = "focal", over_workers: bool = True) -> Dict[str, Tensor]:
     """:func:`fcos_losses` on float32 inputs, outside autocast."""
     if cls_loss not in CLS_LOSSES:
         raise ValueError(f"MODEL.FCOS.CLS_LOSS: unknown '{cls_loss}', expected one of "
@@ -252,7 +257,8 @@ def _fcos_losses(logits: Tensor, reg_pred: Tensor, ctr_logits: Tensor, labels: T
                                              rows=rows)
     ctr_targets = centerness_targets(reg_targets)
     loc_weights = ctr_targets if loc_weighting == "centerness" else torch.ones_like(ctr_targets)
-    num_positives, weight_sum = loss_normalizers(float(len(ctr_targets)), loc_weights.sum())
+    num_positives, weight_sum = loss_normalizers(float(len(ctr_targets)), loc_weights.sum(),
+                                                 over_workers)
     if normalizer is not None:
         num_positives, weight_sum = normalizer(num_positives, weight_sum)
     if len(ctr_targets) > 0:

@@ -88,8 +88,11 @@ class FCOSBase(nn.Module):
         inference_dtype: str = "float32",
         cpu_bf16: str = "auto",
         channels_last: bool = False,
+        normalize_over_workers: bool = True,
     ):
-        """``input_shape``: the features available (a backbone's ``output_shape()``)."""
+        """``input_shape``: the features available (a backbone's ``output_shape()``);
+        ``normalize_over_workers`` False: the loss normalizers are this worker's own, for a
+        model that a worker of a job trains alone (NAS-FCOS's search proxies)."""
         super().__init__()
         missing = [f for f in head_in_features if f not in input_shape]
         if missing:
@@ -126,6 +129,7 @@ class FCOSBase(nn.Module):
         self.norm_reg_targets = norm_reg_targets
         self.loss_normalizer = EMANormalizer(*loss_normalizer_ema) if loss_normalizer == "ema" \
             else None
+        self.normalize_over_workers = normalize_over_workers
         self.loc_loss_weighting, self.iou_loss_smooth = loc_loss_weighting, iou_loss_smooth
         self.assigner, self.atss_topk, self.cls_loss = assigner, atss_topk, cls_loss
         self.atss_anchor_scale = atss_anchor_scale
@@ -220,7 +224,7 @@ class FCOSBase(nn.Module):
             focal_alpha=self.focal_loss_alpha, focal_gamma=self.focal_loss_gamma,
             loc_loss_type=self.loc_loss_type, loc_weighting=self.loc_loss_weighting,
             iou_smooth=self.iou_loss_smooth, normalizer=self.loss_normalizer,
-            cls_loss=self.cls_loss)
+            cls_loss=self.cls_loss, over_workers=self.normalize_over_workers)
 
     def inference(self, locations: List[Tensor], image_sizes: List[Tuple[int, int]],
                   logits: List[Tensor], regression: List[Tensor],

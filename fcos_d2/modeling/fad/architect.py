@@ -20,6 +20,11 @@ import torch
 from torch import Tensor, nn
 
 LossFn = Callable[[], Tensor]  # the summed loss of one fixed batch, recomputed per call
+Reduce = Callable[[List[Tensor]], None]  # averages gradients over the workers, in place
+
+
+def _no_reduce(grads: List[Tensor]) -> None:
+    """One worker: nothing to average."""
 
 
 @contextmanager
@@ -79,12 +84,21 @@ def virtual_step(weights: Sequence[Tensor], grads: Sequence[Tensor],
 
 def unrolled_alpha_grads(model: nn.Module, weights: Sequence[Tensor], alphas: Sequence[Tensor],
                          train_loss: LossFn, val_loss: LossFn,
-                         optimizer: torch.optim.Optimizer, lr: float) -> List[Tensor]:
-    """Second-order DARTS: dL_val(w', a)/da - lr * HVP, all on the current network."""
+                         optimizer: torch.optim.Optimizer, lr: float,
+                         reduce: Reduce = _no_reduce) -> List[Tensor]:
+    """Second-order DARTS: dL_val(w', a)/da - lr * HVP, all on the current network.
+
+    With several workers, ``reduce`` averages the weights' gradient of the virtual step and
+    dL_val/dw' before they are used, so that every worker steps to the same w' and
+    multiplies the Hessian by the same vector: the HVP is then linear in each worker's
+    loss, and averaging the result (the caller's ``reduce``) gives the whole batch's."""
     with kept_state(model, weights):
-        virtual_step(weights, _grads(train_loss(), weights), optimizer, lr)  # w -> w'
+        train_grads = _grads(train_loss(), weights)
+        reduce(train_grads)
+        virtual_step(weights, train_grads, optimizer, lr)  # w -> w'
         grads = _grads(val_loss(), [*alphas, *weights])
     dalpha, dw = grads[:len(alphas)], grads[len(alphas):]
+    reduce(dw)
     with kept_state(model, weights):
         hvp = finite_difference_hvp(train_loss, weights, alphas, dw)
     return [da - lr * h for da, h in zip(dalpha, hvp)]
@@ -94,12 +108,12 @@ def architecture_step(model: nn.Module, weights: Sequence[Tensor], alphas: Seque
                       arch_optimizer: torch.optim.Optimizer, val_loss: LossFn, *,
                       second_order: bool = False, train_loss: LossFn = None,
                       weight_optimizer: torch.optim.Optimizer = None, lr: float = 0.0,
-                      reduce: Callable[[List[Tensor]], None] = lambda grads: None) -> None:
+                      reduce: Reduce = _no_reduce) -> None:
     """One Adam step of the architecture weights (first or second order); ``reduce``
     averages the gradients over workers in place. Weights and buffers stay as they were."""
     if second_order:
         grads = unrolled_alpha_grads(model, weights, alphas, train_loss, val_loss,
-                                     weight_optimizer, lr)
+                                     weight_optimizer, lr, reduce)
     else:
         with kept_state(model, []):
             grads = _grads(val_loss(), alphas)
@@ -112,7 +126,7 @@ def architecture_step(model: nn.Module, weights: Sequence[Tensor], alphas: Seque
 
 def weight_step(weights: Sequence[Tensor], alphas: Sequence[Tensor],
                 optimizer: torch.optim.Optimizer, train_loss: LossFn, clip_norm: float = 0.0,
-                reduce: Callable[[List[Tensor]], None] = lambda grads: None) -> Tensor:
+                reduce: Reduce = _no_reduce) -> Tensor:
     """One step of the weights' optimizer on L_trn (gradient norm clipped at ``clip_norm``
     when > 0); the architecture weights get no gradient and no update. Returns the loss."""
     loss = train_loss()

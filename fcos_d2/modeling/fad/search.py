@@ -8,9 +8,17 @@ data. Writes to OUTPUT_DIR: ``genotype.log`` (FAD's two lines, for MODEL.FAD.GEN
 and ``genotype.yaml`` every GENOTYPE_PERIOD iterations and at the end, ``alphas.json`` (the
 mixing weights over the search) and ``alphas.png`` (their plot) at the end, and
 ``search_checkpoint.pth`` every SOLVER.CHECKPOINT_PERIOD; ``--resume`` continues from it
-exactly (batches, augmentation and initial weights are functions of the seed and the
-iteration). With --num-gpus N, detectron2's ``launch`` starts N workers; each computes
-its share of a batch and the gradients are averaged over them.
+exactly (batches, augmentation and initial weights are functions of the seed, the
+iteration and the worker).
+
+Data parallel: ``tools/fad_search.py --num-gpus N`` starts N workers through the project's
+``fcos_d2.engine.launch`` (NCCL on GPUs, gloo on a CPU; this module may not import the
+engine, so the launching entry lives there). Worker r takes images r*b .. r*b + b - 1 of
+each batch of both splits (b = SOLVER.IMS_PER_BATCH / N); the gradients of the weights
+and of the architecture weights, and after each weight step the floating-point buffers
+(BatchNorm statistics), are averaged over the workers, so every worker holds the same
+weights, architecture weights and buffers after every step. Only the main worker writes
+files. ``python -m fcos_d2.modeling.fad.search`` runs one worker in this process.
 """
 import json
 import logging
@@ -24,7 +32,7 @@ import numpy as np
 import torch
 from detectron2.config import get_cfg
 from detectron2.data import DatasetCatalog, MetadataCatalog
-from detectron2.engine import default_argument_parser, default_setup, launch
+from detectron2.engine import default_argument_parser, default_setup
 from detectron2.modeling import build_model
 from detectron2.solver import build_lr_scheduler
 from detectron2.utils import comm
@@ -106,12 +114,21 @@ def setup(args):
     return cfg
 
 
-def _average_over_workers(grads: List[torch.Tensor]) -> None:
+def average_over_workers(tensors: List[torch.Tensor]) -> None:
+    """Replaces each tensor by its mean over the workers, in place (the same result on
+    every worker: all-reduce gives each one the same sum)."""
     world = comm.get_world_size()
     if world > 1:
-        for g in grads:
-            torch.distributed.all_reduce(g)
-            g.div_(world)
+        for t in tensors:
+            torch.distributed.all_reduce(t)
+            t.div_(world)
+
+
+def average_buffers(model: torch.nn.Module) -> None:
+    """Averages ``model``'s floating-point buffers (BatchNorm's running statistics) over
+    the workers: each worker's forwards saw only its own images, and without this the
+    workers' buffers, and so their checkpoints and evaluations, would drift apart."""
+    average_over_workers([b for b in model.buffers() if b.is_floating_point()])
 
 
 class Search:
@@ -159,10 +176,11 @@ class Search:
                           second_order=self.options["second_order"],
                           train_loss=lambda: self.loss(train_batch),
                           weight_optimizer=self.weight_optimizer, lr=lr,
-                          reduce=_average_over_workers)
+                          reduce=average_over_workers)
         loss = weight_step(self.weights, self.alphas, self.weight_optimizer,
                            lambda: self.loss(train_batch), self.clip_norm,
-                           reduce=_average_over_workers)
+                           reduce=average_over_workers)
+        average_buffers(self.model)
         self.scheduler.step()
         return {"loss": float(loss), "lr": lr}
 
@@ -234,6 +252,7 @@ class Search:
                 {"primitives": PRIMITIVES, "history": self.history}))
             plot_mixing_weights(self.history, self.output / "alphas.png")
             (self.output / "search_summary.json").write_text(json.dumps(summary, indent=1))
+        comm.synchronize()  # every worker returns once the files are written
         return summary
 
 
@@ -246,9 +265,13 @@ def main(args) -> Dict[str, float]:
 
 
 def run_from_command_line(argv=None) -> None:
+    """``python -m fcos_d2.modeling.fad.search``: the search in this process (one worker)."""
     args = default_argument_parser().parse_args(argv)
-    launch(main, args.num_gpus, num_machines=args.num_machines, machine_rank=args.machine_rank,
-           dist_url=args.dist_url, args=(args,))
+    if args.num_gpus * args.num_machines > 1:
+        raise SystemExit(f"--num-gpus {args.num_gpus} --num-machines {args.num_machines}: "
+                         f"python -m fcos_d2.modeling.fad.search runs one worker; start "
+                         f"several with python tools/fad_search.py (the same flags)")
+    main(args)
 
 
 if __name__ == "__main__":

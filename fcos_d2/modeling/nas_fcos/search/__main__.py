@@ -7,6 +7,10 @@ prints the top genotypes of each phase with their rewards and writes ``best.yaml
 config (based on ``--config-file``) that trains the best FPN and head:
 
     python train_net.py --config-file output/nas_fcos/search/best.yaml
+
+``python tools/nas_fcos_search.py --num-workers N ...`` (the same flags) runs it on N
+data-parallel workers started by ``fcos_d2.engine.launch`` (this module may not import
+the engine): each trains its own share of every round's samples (see ``loop``).
 """
 import argparse
 import logging
@@ -14,7 +18,9 @@ from pathlib import Path
 from typing import List, Optional
 
 import yaml
+import torch
 from detectron2.config import get_cfg
+from detectron2.utils import comm
 
 from ....config import add_fcos_config, get_config_file
 from .loop import best, run_search
@@ -44,6 +50,9 @@ def argument_parser() -> argparse.ArgumentParser:
                         help="uniform random search instead of the controller (a baseline)")
     parser.add_argument("--resume", action="store_true", help="continue --output's search")
     parser.add_argument("--output", default="output/nas_fcos/search")
+    parser.add_argument("--num-workers", "--num-gpus", type=int, default=1,
+                        help="data-parallel workers (tools/nas_fcos_search.py starts them; "
+                        "each evaluates its share of the samples, on the CPU)")
     parser.add_argument("opts", nargs=argparse.REMAINDER, help="config overrides KEY VALUE")
     return parser
 
@@ -59,8 +68,9 @@ def write_best_config(records: List[dict], config_file: str, folder: Path) -> Pa
     return path
 
 
-def main(argv: Optional[List[str]] = None) -> Path:
-    args = argument_parser().parse_args(argv)
+def search(args: argparse.Namespace) -> Path:
+    """The search of the parsed ``args`` in this worker (one of a process group, or
+    alone); the main worker prints the top genotypes and writes ``best.yaml``."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     cfg = get_cfg()
     add_fcos_config(cfg)
@@ -70,6 +80,8 @@ def main(argv: Optional[List[str]] = None) -> Path:
     cfg.MODEL.NAS_FCOS.CHANNELS = args.channels
     train = load_inputs(cfg, args.dataset, 0, args.train_images)
     val = load_inputs(cfg, args.dataset, args.train_images, args.val_images)
+    # The fixed bottom-up is built from the seed: the same in every worker and on --resume.
+    torch.manual_seed(args.seed)
     proxy = ProxyTask(cfg, train, val, iterations=args.proxy_iterations,
                       batch_size=args.batch_size, lr=args.lr)
     folder = Path(args.output)
@@ -77,14 +89,31 @@ def main(argv: Optional[List[str]] = None) -> Path:
                          head_samples=args.head_samples, num_cells=args.num_cells,
                          head_layers=args.head_layers, seed=args.seed,
                          random_search=args.random, resume=args.resume)
+    path = folder / "best.yaml"
+    if comm.is_main_process():
+        _print_top(records, args.top_k)
+        path = write_best_config(records, args.config_file, folder)
+        print(f"wrote {path}: python train_net.py --config-file {path}")
+    comm.synchronize()  # every worker returns once best.yaml is written
+    return path
+
+
+def _print_top(records: List[dict], top_k: int) -> None:
     for phase in ("fpn", "head"):
         ranked = sorted((r for r in records if r["phase"] == phase), key=lambda r: -r["reward"])
         print(f"top {phase} genotypes (reward = -held-out loss):")
-        for r in ranked[:args.top_k]:
+        for r in ranked[:top_k]:
             print(f"  {r['reward']:.4f}  sample {r['sample']}: {r['genotype']}")
-    path = write_best_config(records, args.config_file, folder)
-    print(f"wrote {path}: python train_net.py --config-file {path}")
-    return path
+
+
+def main(argv: Optional[List[str]] = None) -> Path:
+    """``python -m fcos_d2.modeling.nas_fcos.search``: the search in this process."""
+    args = argument_parser().parse_args(argv)
+    if args.num_workers > 1:
+        raise SystemExit(f"--num-workers {args.num_workers}: python -m "
+                         f"fcos_d2.modeling.nas_fcos.search runs one worker; start several "
+                         f"with python tools/nas_fcos_search.py (the same flags)")
+    return search(args)
 
 
 if __name__ == "__main__":

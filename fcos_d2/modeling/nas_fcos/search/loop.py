@@ -1,13 +1,24 @@
 """The search loop: the FPN first (with the config's head), then the head on the best FPN;
-one PPO step per sampled genotype; the state is saved after every sample, so that
-``--resume`` continues where a run stopped."""
+one PPO step per sampled genotype; the state is saved after every round, so that
+``--resume`` continues where a run stopped.
+
+Data parallel over W workers (a process group, e.g. from ``fcos_d2.engine.launch``): each
+round, every worker draws the same W samples from its copy of the controller with the
+same seeded generator, worker r trains sample r of the round (its proxy seeded by the
+sample's index, so the reward does not depend on the worker), the rewards are gathered,
+the main worker applies the round's PPO steps in sample order and sends the controller
+and its optimizer to the others. Every worker holds the same records and controller; only
+the main worker writes files. With one worker a round is one sample: draw, reward, PPO
+step, as before.
+"""
 import json
 import logging
 import os
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import torch
+from detectron2.utils import comm
 
 from ..genotypes import HeadGenotype, parse_fpn_genotype, parse_head_genotype
 from .controller import (PPO, Controller, fpn_decisions, fpn_from_actions, head_decisions,
@@ -18,32 +29,58 @@ logger = logging.getLogger(__name__)
 STATE = "search_state.pth"
 
 
-def _save(state: Dict, folder: Path) -> None:
+def save_state(state: Dict, folder: Path) -> None:
+    """Writes the search state and ``search_records.json`` to ``folder`` (main worker)."""
     tmp = folder / (STATE + ".tmp")
     torch.save(state, tmp)
     os.replace(tmp, folder / STATE)  # atomic: a killed run leaves the previous state
     (folder / "search_records.json").write_text(json.dumps(state["records"], indent=1))
 
 
+def _draw(count: int, controller: Controller, decode, generator: torch.Generator,
+          random_search: bool) -> List[Tuple[List[int], object, float]]:
+    """``count`` samples (actions, genotype, log-probability at drawing) of one round."""
+    drawn = []
+    for _ in range(count):
+        if random_search:
+            drawn.append((*sample_uniform(controller.limits, decode, generator), 0.0))
+        else:
+            drawn.append(sample_valid(controller, decode, generator))
+    return drawn
+
+
+def _share_controller(ppo: PPO) -> None:
+    """Every worker takes the main worker's controller, optimizer and baseline."""
+    if comm.get_world_size() > 1:
+        state = comm.all_gather(ppo.state_dict() if comm.is_main_process() else None)[0]
+        if not comm.is_main_process():
+            ppo.load_state_dict(state)
+
+
 def _phase(name: str, samples: int, controller: Controller, ppo: PPO, decode, proxy: ProxyTask,
            state: Dict, folder: Path, random_search: bool, reward_of) -> None:
     done = sum(r["phase"] == name for r in state["records"])
     generator = torch.Generator().manual_seed(state["seed"] * 1000 + done)
-    for index in range(done, samples):
-        if random_search:
-            actions, genotype = sample_uniform(controller.limits, decode, generator)
-            old_log_prob = 0.0
-        else:
-            actions, genotype, old_log_prob = sample_valid(controller, decode, generator)
-        reward = reward_of(genotype, index)
+    world, rank = comm.get_world_size(), comm.get_rank()
+    while done < samples:
+        drawn = _draw(min(world, samples - done), controller, decode, generator, random_search)
+        mine = reward_of(drawn[rank][1], done + rank) if rank < len(drawn) else None
+        rewards = comm.all_gather(mine)[:len(drawn)] if world > 1 else [mine]
         if not random_search:
-            ppo.update(actions, old_log_prob, reward)
-        state["records"].append({"phase": name, "sample": index, "reward": reward,
-                                 "genotype": genotype_config(genotype)})
+            if comm.is_main_process():
+                for (actions, _, old_log_prob), reward in zip(drawn, rewards):
+                    ppo.update(actions, old_log_prob, reward)
+            _share_controller(ppo)
+        for index, ((_, genotype, _), reward) in enumerate(zip(drawn, rewards), done):
+            state["records"].append({"phase": name, "sample": index, "reward": reward,
+                                     "genotype": genotype_config(genotype)})
+            if comm.is_main_process():
+                logger.info("%s sample %d: reward %.4f %s", name, index, reward,
+                            genotype_config(genotype))
         state[name + "_ppo"] = ppo.state_dict()
-        _save(state, folder)
-        logger.info("%s sample %d: reward %.4f %s", name, index, reward,
-                    genotype_config(genotype))
+        if comm.is_main_process():
+            save_state(state, folder)
+        done += len(drawn)
 
 
 def genotype_config(genotype) -> Dict:

@@ -62,6 +62,8 @@ class ProxyTask:
         cfg.MODEL.NAS_FCOS.HEAD_GENOTYPE, cfg.MODEL.NAS_FCOS.HEAD_SHARE_INDEX = head.to_config()
         model = build_model(cfg)
         model.backbone.bottom_up = None  # features come from the cache
+        # Each worker of a data-parallel search trains its own sample: its losses are its own.
+        model.normalize_over_workers = False
         return model
 
     @staticmethod
