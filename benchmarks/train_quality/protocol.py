@@ -18,6 +18,10 @@ CONFIG = REPO / "configs" / "FCOS-R18-small-data.yaml"
 # Half the recipe's 1200 iterations, so that a run takes a few minutes on one CPU core; the
 # warm-up stays the protocol's 50 for every contender, as in every table measured with it.
 REGIME = ["SOLVER.MAX_ITER", 600, "SOLVER.STEPS", (500,), "SOLVER.WARMUP_ITERS", 50]
+# The recipe config's schedule is in epochs since 2026-12-05; the protocol's is in
+# iterations (REGIME), so its epoch keys are off (the protocol trains without deriving them).
+EPOCH_KEYS_OFF = ["SOLVER.EPOCHS", 0, "SOLVER.STEPS_EPOCHS", (), "SOLVER.WARMUP_EPOCHS", 0.0,
+                  "SOLVER.CHECKPOINT_PERIOD_EPOCHS", 0, "TEST.EVAL_PERIOD_EPOCHS", 0]
 TRAIN_IMAGES, VAL_IMAGES = 400, 100
 TRAIN_NAME, VAL_NAME = "train_quality_shapes_train", "train_quality_shapes_val"
 # (dataset name, synthetic split, first images taken)
@@ -68,7 +72,7 @@ def setup_cfg(seed: int, output_dir: str, *, regime: str = "shapes", schedule: S
     cfg.merge_from_list(list(REGIMES[regime].overrides))
     cfg.merge_from_list(["DATASETS.TRAIN", (train_name,), "DATASETS.TEST", (val_name,),
                          "DATALOADER.NUM_WORKERS", 0, "MODEL.DEVICE", "cpu", "SEED", seed,
-                         "OUTPUT_DIR", output_dir, *REGIME, *schedule])
+                         "OUTPUT_DIR", output_dir, *EPOCH_KEYS_OFF, *REGIME, *schedule])
     cfg.merge_from_list(list(overrides))
     cfg.merge_from_list(list(step))
     cfg.merge_from_list(list(opts))
