@@ -8,7 +8,7 @@ import statistics
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from benchmarks.records import REPO, read_numbered_records
+from benchmarks.records import REPO, read_numbered_records, score
 from benchmarks.train_quality.family import FAMILY_ORDER
 
 Numbered = List[Tuple[int, dict]]
@@ -54,14 +54,16 @@ def family_rows(quality: Numbered, costs: Numbered) -> List[List[str]]:
         cost = [(n, r) for n, r in costs if r["run"].get("contender") == name][-1:]
         if not runs:
             continue
-        aps = [r["metrics"]["AP"] for _, r in runs]
+        aps = [score(r["metrics"]["AP"]) for _, r in runs]
+        empty = [str(r["seed"]) for _, r in runs if score(r["metrics"]["AP"]) != r["metrics"]["AP"]]
         per_it = [r["times"]["seconds_per_iteration"] for _, r in runs
                   if "seconds_per_iteration" in r["times"]]
         metrics = cost[0][1]["metrics"] if cost else {}
         rows.append([
-            name, _joined(r["seed"] for _, r in sorted(runs, key=lambda x: x[1]["seed"])),
+            name + (f" (no detection with seed {', '.join(empty)}: AP 0)" if empty else ""),
+            _joined(r["seed"] for _, r in sorted(runs, key=lambda x: x[1]["seed"])),
             _mean_std(aps), f"{min(aps):.1f}-{max(aps):.1f}",
-            f"{statistics.mean(r['metrics']['AP50'] for _, r in runs):.1f}",
+            f"{statistics.mean(score(r['metrics']['AP50']) for _, r in runs):.1f}",
             f"{statistics.mean(per_it):.3f}" if per_it else "",
             f"{metrics['params_M']:.2f}" if metrics else "",
             f"{metrics['gflops']:.3f}" if metrics else "",

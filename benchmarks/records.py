@@ -16,6 +16,7 @@ temporary one, so that they never write into the repository).
 """
 import datetime
 import json
+import math
 import os
 import subprocess
 from pathlib import Path
@@ -125,3 +126,10 @@ def read_numbered_records(path: Path) -> List[Tuple[int, Dict[str, Any]]]:
 def read_records(path: Path) -> List[Dict[str, Any]]:
     """The records of `path` (``read_numbered_records`` without the line numbers)."""
     return [record for _, record in read_numbered_records(path)]
+
+
+def score(value) -> float:
+    """A recorded AP-like value for tables: NaN, which detectron2's COCOEvaluator reports
+    when a model made no detection at all, counts as 0.0 (nothing found)."""
+    value = float(value)
+    return 0.0 if math.isnan(value) else value

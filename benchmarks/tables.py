@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from benchmarks import family_tables
-from benchmarks.records import REPO, RESULTS_DIR, RecordsError, read_numbered_records
+from benchmarks.records import REPO, RESULTS_DIR, RecordsError, read_numbered_records, score
 from benchmarks.train_quality import equal_time
 
 DOCS_DIR = REPO / "docs" / "results"
@@ -80,8 +80,8 @@ def train_quality_table(numbered: Numbered) -> List[str]:
         metrics = [r["metrics"] for _, r in group]
         seconds = [r["times"]["train_seconds"] for _, r in group if "train_seconds" in r["times"]]
         rows.append([contender, regime, " ".join(overrides) or "none",
-                     _joined(r["seed"] for _, r in group), _mean_std([m["AP"] for m in metrics]),
-                     _mean_std([m["AP50"] for m in metrics]),
+                     _joined(r["seed"] for _, r in group), _mean_std([score(m["AP"]) for m in metrics]),
+                     _mean_std([score(m["AP50"]) for m in metrics]),
                      f"{statistics.mean(seconds):.0f}" if seconds else "", *_provenance(group)])
     lines = _table(["contender", "regime", "overrides", "seeds", "AP (mean / std)",
                     "AP50 (mean / std)", "training s (mean)", "commits", "CPU", "records"], rows)

@@ -22,6 +22,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from benchmarks.records import score
+
 SCHEDULE_KEYS = ("SOLVER.MAX_ITER", "SOLVER.STEPS", "SOLVER.WARMUP_ITERS")
 HEADER = ["contender", "seeds (reference / its run)", "AP at the reference iterations",
           "s / iteration", "training s", "iterations in the budget", "AP at equal time",
@@ -70,7 +72,7 @@ def _timed(numbered: Numbered) -> Numbered:
 def _point(iterations: int, group: Numbered) -> Point:
     """The means of `group`, the runs of one contender that did `iterations`."""
     seconds = [r["times"]["train_seconds"] for _, r in group]
-    return Point(iterations, statistics.mean(r["metrics"]["AP"] for _, r in group),
+    return Point(iterations, statistics.mean(score(r["metrics"]["AP"]) for _, r in group),
                  statistics.mean(seconds), statistics.mean(s / iterations for s in seconds),
                  [r["seed"] for _, r in group], [line for line, _ in group])
 

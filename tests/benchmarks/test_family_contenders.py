@@ -167,3 +167,11 @@ def test_the_command_writes_the_family_doc_and_check_tells_it_stale(tmp_path):
     assert tables.main(argv + ["--check"]) == 0
     (tmp_path / "docs" / "family.md").write_text("edited")
     assert tables.main(argv + ["--check"]) == 1
+
+
+def test_a_run_without_any_detection_counts_as_zero_ap_and_is_named():
+    quality = [_record("train_quality", s, {"AP": ap, "AP50": ap}, {}, {"contender": family.RETINANET})
+               for s, ap in ((0, 3.0), (2, float("nan")))]  # COCOEvaluator: NaN, no detection
+    (row,) = family_tables.family_rows(list(enumerate(quality, 1)), [])
+    assert row[0] == f"{family.RETINANET} (no detection with seed 2: AP 0)"
+    assert row[2:5] == ["1.5 / 2.1", "0.0-3.0", "1.5"]
