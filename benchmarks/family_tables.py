@@ -53,6 +53,12 @@ def family_rows(quality: Numbered, costs: Numbered) -> List[List[str]]:
                 and r["run"].get("status", "ok") == "ok"]
         cost = [(n, r) for n, r in costs if r["run"].get("contender") == name][-1:]
         if not runs:
+            if cost:  # measured, never trained here: its costs alone
+                metrics, (line, record) = cost[0][1]["metrics"], cost[0]
+                rows.append([f"{name} (not trained)", "", "", "", "", "",
+                             f"{metrics['params_M']:.2f}", f"{metrics['gflops']:.3f}",
+                             f"{metrics['latency_ms']:.1f}", _commit(record), _cpu(record),
+                             f"; {line}"])
             continue
         aps = [score(r["metrics"]["AP"]) for _, r in runs]
         empty = [str(r["seed"]) for _, r in runs if score(r["metrics"]["AP"]) != r["metrics"]["AP"]]

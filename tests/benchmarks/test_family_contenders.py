@@ -175,3 +175,11 @@ def test_a_run_without_any_detection_counts_as_zero_ap_and_is_named():
     (row,) = family_tables.family_rows(list(enumerate(quality, 1)), [])
     assert row[0] == f"{family.RETINANET} (no detection with seed 2: AP 0)"
     assert row[2:5] == ["1.5 / 2.1", "0.0-3.0", "1.5"]
+
+
+def test_a_contender_with_costs_but_no_run_gets_its_costs_alone():
+    costs = [_record("family_costs", None, {"params_M": 1.0, "gflops": 0.5, "latency_ms": 7.0},
+                     {}, {"contender": family.NAS_HEAD_DCN})]
+    (row,) = family_tables.family_rows([], list(enumerate(costs, 1)))
+    assert row[0] == f"{family.NAS_HEAD_DCN} (not trained)" and row[1:6] == [""] * 5
+    assert row[6:9] == ["1.00", "0.500", "7.0"] and row[-1] == "; 1"
