@@ -6,9 +6,11 @@ and into the marked block of each member README of ``EMBEDDED_IN``; ``--check`` 
 either is stale."""
 import statistics
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from benchmarks.records import REPO, read_numbered_records, score
+from benchmarks.table_cells import commit as _commit, cpu as _cpu, joined as _joined
+from benchmarks.table_cells import mean_std as _mean_std, row as _row
 from benchmarks.train_quality.family import FAMILY_ORDER
 
 Numbered = List[Tuple[int, dict]]
@@ -19,28 +21,6 @@ END = "<!-- end of the family table -->"
 HEADER = ["contender", "seeds", "AP (mean / std)", "AP range", "AP50 (mean)",
           "s / training iteration (mean)", "params (M)", "GFLOPs", "CPU ms / image",
           "commits", "CPU", "records (train_quality; family_costs)"]
-
-
-def _row(cells: Sequence) -> str:
-    return "| " + " | ".join(str(c) for c in cells) + " |"
-
-
-def _mean_std(values: List[float]) -> str:
-    std = f"{statistics.stdev(values):.1f}" if len(values) > 1 else "n/a"
-    return f"{statistics.mean(values):.1f} / {std}"
-
-
-def _joined(values) -> str:
-    return ", ".join(dict.fromkeys(str(v) for v in values))
-
-
-def _cpu(record: dict) -> str:
-    flags = record["cpu"].get("flags")
-    return record["cpu"]["model"] + (f" ({', '.join(flags)})" if flags else "")
-
-
-def _commit(record: dict) -> str:
-    return record["commit"][:7] + ("+dirty" if record.get("dirty") else "")
 
 
 def family_rows(quality: Numbered, costs: Numbered) -> List[List[str]]:

@@ -12,10 +12,12 @@ import statistics
 import sys
 from collections import OrderedDict
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from benchmarks import family_tables
 from benchmarks.records import REPO, RESULTS_DIR, RecordsError, read_numbered_records, score
+from benchmarks.table_cells import commit as _commit, cpu as _cpu, joined as _joined
+from benchmarks.table_cells import mean_std as _mean_std, row as _row, table as _table
 from benchmarks.train_quality import equal_time
 
 DOCS_DIR = REPO / "docs" / "results"
@@ -27,35 +29,6 @@ EQUAL_TIME_DEFINITION = (
     "time there. Equal training time: a contender's iterations in the budget are the budget "
     "over its seconds per iteration, rounded down; its AP at equal time is that of its runs "
     "of the most iterations within them (a measured run, not interpolated).")
-
-
-def _cpu(record: dict) -> str:
-    cpu = record["cpu"]
-    flags = f" ({', '.join(cpu['flags'])})" if cpu.get("flags") else ""
-    return f"{cpu['model']}{flags}"
-
-
-def _commit(record: dict) -> str:
-    return record["commit"][:7] + ("+dirty" if record.get("dirty") else "")
-
-
-def _joined(values) -> str:
-    """The distinct values, in order, joined by commas."""
-    return ", ".join(OrderedDict.fromkeys(str(v) for v in values))
-
-
-def _mean_std(values: List[float]) -> str:
-    """"mean / sample std" with one decimal ("mean / n/a" for one value)."""
-    std = f"{statistics.stdev(values):.1f}" if len(values) > 1 else "n/a"
-    return f"{statistics.mean(values):.1f} / {std}"
-
-
-def _row(cells: Sequence) -> str:
-    return "| " + " | ".join(str(c) for c in cells) + " |"
-
-
-def _table(header: Sequence[str], rows: List[Sequence]) -> List[str]:
-    return [_row(header), _row(["---"] * len(header)), *(_row(r) for r in rows)]
 
 
 def _grouped(numbered: Numbered, key: Callable[[dict], tuple]) -> Dict[tuple, Numbered]:

@@ -21,24 +21,21 @@ def first_val_image(cfg) -> List[Dict]:
     return next(iter(build_detection_test_loader(cfg, cfg.DATASETS.TEST[0])))
 
 
-class _ImageToBoxes:
-    """Makes a detectron2 model a function of one image tensor returning its boxes and
-    scores (tensors, which fvcore's tracing needs)."""
+def image_to_boxes(model, inputs: List[Dict]):
+    """`model` as a module of one image tensor returning its boxes and scores (tensors,
+    which fvcore's tracing needs), in eval mode."""
+    import torch
 
-    @staticmethod
-    def module(model, inputs: List[Dict]):
-        import torch
+    class ImageToBoxes(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
 
-        class ImageToBoxes(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.model = model
+        def forward(self, image):
+            output = self.model([{**inputs[0], "image": image}])[0]["instances"]
+            return output.pred_boxes.tensor, output.scores
 
-            def forward(self, image):
-                output = self.model([{**inputs[0], "image": image}])[0]["instances"]
-                return output.pred_boxes.tensor, output.scores
-
-        return ImageToBoxes().eval()
+    return ImageToBoxes().eval()
 
 
 def gflops(model, inputs: List[Dict]) -> float:
@@ -48,7 +45,7 @@ def gflops(model, inputs: List[Dict]) -> float:
     from fvcore.nn import FlopCountAnalysis
 
     with torch.no_grad():
-        analysis = FlopCountAnalysis(_ImageToBoxes.module(model, inputs),
+        analysis = FlopCountAnalysis(image_to_boxes(model, inputs),
                                      (inputs[0]["image"],))
         analysis.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
         analysis.tracer_warnings("none")
