@@ -4,7 +4,10 @@ builds it (configs/FCOS-R50.yaml), as torchvision builds it, and as detectron2 b
 
 Every contender is wrapped so that the benchmark calls the same three things on each:
 ``infer(images)`` with a (N, 3, H, W) float batch in 0..255, ``loss(images, targets)``
-returning the summed training loss, and ``model`` (the nn.Module to optimise).
+returning the summed training loss, ``model`` (the nn.Module to optimise) and
+``optimizer(model)``, the optimizer its project trains it with (the training rows time its
+step too): fcos-d2's ``build_optimizer`` (fused SGD), detectron2's model-zoo SGD, the SGD of
+torchvision's detection references; momentum 0.9, weight decay 1e-4, lr 1e-4 for all.
 """
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +26,32 @@ from fcos_d2.modeling.fast_inference import fast_inference_enabled, inference_mo
 
 REPO = Path(__file__).resolve().parents[2]
 NUM_CLASSES = 80
+LR = 1e-4  # every contender's learning rate: small steps keep random weights tame
+
+
+def torchvision_sgd(model: nn.Module) -> torch.optim.Optimizer:
+    """The optimizer of torchvision's detection references (``references/detection``):
+    SGD over the trainable parameters, momentum 0.9, weight decay 1e-4 on all of them."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    return torch.optim.SGD(params, lr=LR, momentum=0.9, weight_decay=1e-4)
+
+
+def detectron2_sgd(model: nn.Module) -> torch.optim.Optimizer:
+    """detectron2's model-zoo optimizer (``common/optim.py``'s SGD, the LazyConfig FCOS's):
+    its parameter groups without weight decay on norms, momentum 0.9, weight decay 1e-4."""
+    from detectron2.solver.build import get_default_optimizer_params
+
+    params = get_default_optimizer_params(model, weight_decay_norm=0.0)
+    return torch.optim.SGD(params, lr=LR, momentum=0.9, weight_decay=1e-4)
+
+
+def fcos_d2_optimizer(cfg) -> Callable[[nn.Module], torch.optim.Optimizer]:
+    """fcos-d2's ``build_optimizer`` for ``cfg`` (its SOLVER), at the benchmark's lr."""
+    from fcos_d2.engine.optimizer import build_optimizer
+
+    cfg = cfg.clone()
+    cfg.SOLVER.BASE_LR = LR
+    return lambda model: build_optimizer(cfg, model)
 
 
 @dataclass
@@ -32,6 +61,7 @@ class Contender:
     infer: Callable[[Tensor], object]
     loss: Callable[[Tensor, List[Dict[str, Tensor]]], Tensor]
     backbone_head: Callable[[Tensor], object]  # no pre- or post-processing
+    optimizer: Callable[[nn.Module], torch.optim.Optimizer] = torchvision_sgd
 
 
 def fcos_d2_cfg(device: str, **fcos):
@@ -63,7 +93,9 @@ def _summed_losses(model: nn.Module, inputs: List[dict]) -> Tensor:
         return sum(model(inputs).values())
 
 
-def _detectron2_style(name: str, model: nn.Module) -> Contender:
+def _detectron2_style(name: str, model: nn.Module,
+                      optimizer: Callable[[nn.Module], torch.optim.Optimizer] = detectron2_sgd
+                      ) -> Contender:
     def backbone_head(images):
         features = model.backbone(images)
         return model.head([features[f] for f in model.head_in_features])
@@ -72,7 +104,7 @@ def _detectron2_style(name: str, model: nn.Module) -> Contender:
         name, model,
         infer=lambda images: model(_d2_inputs(images)),
         loss=lambda images, targets: _summed_losses(model, _d2_inputs(images, targets)),
-        backbone_head=backbone_head)
+        backbone_head=backbone_head, optimizer=optimizer)
 
 
 detectron2_style = _detectron2_style  # the rows outside this module use the public name
@@ -92,7 +124,8 @@ def detectron2_has_fcos() -> bool:
 
 def fcos_d2_contender(device: str, image_size=None, **fcos) -> Contender:
     """fcos-d2's R-50 FCOS, random weights; ``fcos``: MODEL.FCOS overrides."""
-    return _detectron2_style("fcos-d2", build_model(fcos_d2_cfg(device, **fcos)).to(device))
+    cfg = fcos_d2_cfg(device, **fcos)
+    return _detectron2_style("fcos-d2", build_model(cfg).to(device), fcos_d2_optimizer(cfg))
 
 
 def fcos_d2_inference_contender(device: str, image_size=None, **fcos) -> Contender:
@@ -144,7 +177,7 @@ def torchvision_style(name: str, model: nn.Module) -> Contender:
         return sum(model([x / 255 for x in images], targets).values())
 
     return Contender(name, model, infer=lambda images: model([x / 255 for x in images]),
-                     loss=loss, backbone_head=backbone_head)
+                     loss=loss, backbone_head=backbone_head, optimizer=torchvision_sgd)
 
 
 CONTENDERS = {"fcos-d2": fcos_d2_contender, "torchvision": torchvision_contender,

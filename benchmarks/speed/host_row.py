@@ -39,7 +39,7 @@ def fcos_d2_tiny(device: str) -> bc.Contender:
     cfg.MODEL.RESNETS.DEPTH, cfg.MODEL.RESNETS.RES2_OUT_CHANNELS = 18, 64
     cfg.MODEL.RESNETS.NORM, cfg.MODEL.BACKBONE.FREEZE_AT = "BN", 0
     cfg.MODEL.FPN.OUT_CHANNELS = CHANNELS
-    return bc.detectron2_style("fcos-d2", build_model(cfg).to(device))
+    return bc.detectron2_style("fcos-d2", build_model(cfg).to(device), bc.fcos_d2_optimizer(cfg))
 
 
 def detectron2_tiny(device: str) -> Optional[bc.Contender]:

@@ -83,11 +83,11 @@ def autocast_call(device: str, fn: Callable, *args):
         return fn(*args)
 
 def training_step(contender: bc.Contender, device: str, low: bool) -> Callable[[], None]:
-    """One SGD iteration of ``contender`` on a fixed batch, the forward under autocast when
-    ``low`` (with a gradient scaler on CUDA, as detectron2's AMPTrainer)."""
+    """One iteration of ``contender`` on a fixed batch with its project's optimizer, the
+    forward under autocast when ``low`` (with a gradient scaler on CUDA, as detectron2's
+    AMPTrainer)."""
     model = contender.model.train()
-    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1e-4,
-                                momentum=0.9)
+    optimizer = contender.optimizer(model)
     scaler = torch.amp.GradScaler("cuda") if device == "cuda" and low else None
 
     def step(images, targets):

@@ -99,3 +99,17 @@ def test_the_table_shows_each_timed_result_beside_its_floor(tmp_path):
     path.write_text(json.dumps(record) + "\n")
     assert "| host | fcos-d2 | 2 | 200.0 | 10.00 | 50.0 | 4.0 | cpu | 1 | bbbbbbb | A CPU | 1 |" \
         in tables.generate(path).splitlines()
+
+
+def test_each_contender_steps_with_its_projects_optimizer():
+    built, _ = host_row.contenders("cpu")
+    ours = built["fcos-d2"].optimizer(built["fcos-d2"].model)
+    assert ours.defaults["fused"] is True  # fcos_d2.engine.optimizer.build_optimizer
+    assert ours.defaults["lr"] == bc.LR and ours.defaults["momentum"] == 0.9
+    torchvisions = built["torchvision"].optimizer(built["torchvision"].model)
+    assert not torchvisions.defaults["fused"]
+    assert {g["weight_decay"] for g in torchvisions.param_groups} == {1e-4}  # norms too
+    if "detectron2" in built:
+        detectrons = built["detectron2"].optimizer(built["detectron2"].model)
+        assert not detectrons.defaults["fused"]
+        assert {g["weight_decay"] for g in detectrons.param_groups} == {0.0, 1e-4}

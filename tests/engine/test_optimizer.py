@@ -81,3 +81,48 @@ def test_train_net_builds_the_configured_optimizer():
     assert isinstance(Trainer.build_optimizer(solver_cfg("SOLVER.OPTIMIZER", "ADAMW"), model),
                       torch.optim.AdamW)
     assert not isinstance(Trainer.build_optimizer(solver_cfg(), model), torch.optim.AdamW)
+
+
+def run_three_steps(model_params, optimizer):
+    """Three steps of ``optimizer`` on a fixed batch, through ``tiny_model``'s layers."""
+    x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(1))
+    for _ in range(3):
+        optimizer.zero_grad()
+        out = nn.functional.conv2d(x, model_params[0], model_params[1])
+        out = nn.functional.group_norm(out, 2, model_params[2], model_params[3])
+        out = nn.functional.conv2d(out, model_params[4], model_params[5])
+        out.square().mean().backward()
+        optimizer.step()
+
+
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_sgd_steps_like_detectrons_sgd_with_the_fused_kernel(nesterov):
+    from detectron2.solver import build_optimizer as detectrons_build_optimizer
+
+    cfg = solver_cfg("SOLVER.BASE_LR", 0.1, "SOLVER.NESTEROV", nesterov,
+                     "SOLVER.WEIGHT_DECAY", 0.01)
+    torch.manual_seed(0)
+    model, reference = tiny_model(), tiny_model()
+    reference.load_state_dict(model.state_dict())
+    before = [p.detach().clone() for p in model.parameters()]
+    ours, theirs = build_optimizer(cfg, model), detectrons_build_optimizer(cfg, reference)
+    assert ours.defaults["fused"] is True and not theirs.defaults.get("fused")
+    run_three_steps(list(model.parameters()), ours)
+    run_three_steps(list(reference.parameters()), theirs)
+    for mine, expected, start in zip(model.parameters(), reference.parameters(), before):
+        assert (mine - start).abs().max() > 1e-4  # the steps moved it
+        torch.testing.assert_close(mine, expected, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["SGD", "ADAMW"])
+def test_gradient_clipping_keeps_the_loop_kernel_and_clips(name):
+    cfg = solver_cfg("SOLVER.OPTIMIZER", name, "SOLVER.CLIP_GRADIENTS.ENABLED", True,
+                     "SOLVER.CLIP_GRADIENTS.CLIP_TYPE", "value",
+                     "SOLVER.CLIP_GRADIENTS.CLIP_VALUE", 1e-3)
+    model = tiny_model()
+    optimizer = build_optimizer(cfg, model)
+    assert not optimizer.defaults["fused"]
+    for p in model.parameters():
+        p.grad = torch.full_like(p, 5.0)
+    optimizer.step()
+    assert all(p.grad.abs().max() <= 1e-3 for p in model.parameters())  # clipped in step
