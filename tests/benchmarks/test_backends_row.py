@@ -23,3 +23,26 @@ def test_agreement_counts_fp32_detections_found_with_same_class_and_close_corner
     # first: 3 px off (found); second: other class (missed); third: 5 px off (missed)
     got = instances([[3., 0., 10., 10.], [20., 20., 40., 40.], [55., 50., 60., 60.]], [0, 2, 2])
     assert backends_row._found(got, want) == 1
+
+
+def test_backends_are_timed_at_the_configured_threshold_after_agreeing_at_zero(monkeypatch):
+    built = []
+
+    def eager_model(backend, state_dict):  # every backend eager: no compiling in a test
+        model = original_model("eager", state_dict)
+        built.append(model)
+        return model
+
+    original_model = backends_row._model
+    monkeypatch.setattr(backends_row, "_model", eager_model)
+    monkeypatch.setattr(backends_row, "torchao_available", lambda: False)
+    thresholds_when_timed = []
+
+    def interleaved(fns, repeats, device):
+        thresholds_when_timed.extend(m.score_thresh for m in built)
+        return {name: 1.0 for name in fns}
+
+    results = backends_row.measure((64, 96), 1, interleaved, "native")
+    assert [m.score_thresh for m in built] and thresholds_when_timed == [0.05] * len(built)
+    # fp32's own top detections, found at threshold 0 by the (identical) eager models
+    assert all(r["found_of_top"] == "20/20" for r in results if "found_of_top" in r)
