@@ -137,4 +137,21 @@ class InferenceCopy:
             fast = inference_model(model)
             self._copy = None if fast is model else fast
             self._signature = signature
+        if self._copy is not None:
+            follow_settings(self._copy, model)
         return self._copy
+
+
+# what the copy holds as its own: its layout and that it keeps no copy itself
+COPY_OWN_SETTINGS = ("channels_last", "fast_inference", "training")
+SETTING_TYPES = (bool, int, float, str, tuple, list, type(None))
+
+
+def follow_settings(fast: nn.Module, model: nn.Module) -> None:
+    """Gives ``fast`` the model's current plain settings (``score_thresh``, ``nms_thresh``,
+    ``max_detections_per_image``, ``inference_dtype``, ...), so that one changed on the
+    model after the copy was made, as detectron2 users set ``model.score_thresh``, holds."""
+    for name, value in vars(model).items():
+        if isinstance(value, SETTING_TYPES) and name not in COPY_OWN_SETTINGS \
+                and not name.startswith("_"):
+            setattr(fast, name, value)

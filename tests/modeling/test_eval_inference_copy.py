@@ -140,3 +140,15 @@ def test_copies_of_the_model_hold_no_inference_copy_and_fast_inference_false_run
     plain = _plain_twin(model)
     _detections(plain)
     assert plain.inference_copy._copy is None
+
+
+def test_settings_changed_on_the_model_after_the_copy_was_made_hold():
+    model = _model().eval()
+    _, scores, _ = _detections(model)
+    assert len(scores) > 5
+    model.score_thresh = 1.0  # as a user sets a detectron2 model's threshold: no score above
+    assert len(_detections(model)[1]) == 0
+    model.score_thresh = 0.0
+    assert torch.equal(_detections(model)[1], scores)
+    assert _runs_folded_copy(model) and model.inference_copy._copy.channels_last
+    assert not model.channels_last  # the copy's own layout is not the model's
