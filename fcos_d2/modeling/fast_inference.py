@@ -144,7 +144,9 @@ class InferenceCopy:
 
 # what the copy holds as its own: its layout and that it keeps no copy itself
 COPY_OWN_SETTINGS = ("channels_last", "fast_inference", "training")
-SETTING_TYPES = (bool, int, float, str, tuple, list, type(None))
+# plain values only: None is what a model holds for state built lazily (its compiled-backend
+# runner), which the copy builds for itself
+SETTING_TYPES = (bool, int, float, str, tuple, list)
 
 
 def follow_settings(fast: nn.Module, model: nn.Module) -> None:

@@ -152,3 +152,22 @@ def test_settings_changed_on_the_model_after_the_copy_was_made_hold():
     assert torch.equal(_detections(model)[1], scores)
     assert _runs_folded_copy(model) and model.inference_copy._copy.channels_last
     assert not model.channels_last  # the copy's own layout is not the model's
+
+
+def test_the_copy_keeps_its_compiled_backend_runner_from_call_to_call(monkeypatch):
+    from fcos_d2.modeling.inference_backends import BackendRunner
+
+    runners = []
+
+    def eager_run(self, model, images):  # no compiling in a test: the runner's identity
+        runners.append(self)
+        return model.forward_head(images)
+
+    monkeypatch.setattr(BackendRunner, "__call__", eager_run)
+    model = _model()
+    model.inference_backend = "bf16_compiled"
+    model.eval()
+    for _ in range(3):
+        _detections(model)
+    assert len(runners) == 3 and runners[0] is runners[1] is runners[2]
+    assert model.backend_runner is None  # the model itself never ran a backend
