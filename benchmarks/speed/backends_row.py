@@ -89,7 +89,8 @@ def row(args, interleaved, image_size, kind: str) -> List[dict]:
               f"torchvision fp32  first calls {r.get('first_calls_s', '-')} s  "
               f"found {r.get('found_of_top', '-')}")
         if r["contender"] != "torchvision fp32":
-            targets[f"{r['contender']} / torchvision fp32 (target <= 0.12 with AMX)"] = \
-                r["seconds"] / base
+            size = "x".join(map(str, image_size))
+            targets[f"{r['contender']} / torchvision fp32 at {size} (target <= 0.12 with "
+                    "AMX)"] = r["seconds"] / base
     results[-1]["targets"] = targets
     return results

@@ -11,7 +11,8 @@ evaluation, test-time augmentation, ``Predictor`` and so ``demo/demo.py``, and
 modules (not in its ``state_dict``, parameters or deep copies) and rebuilt whenever its
 weights change (``load_state_dict``, a checkpointer's load, an optimizer step, ``.to()``),
 so that detectron2's ``DefaultPredictor`` and a hand-written ``model.eval()`` loop are as
-fast as our entry points. It works on a copy: the model being trained keeps its unfolded
+fast as our entry points. The copy takes the model's plain settings (``score_thresh``,
+``nms_thresh``, ...) at every call, so that one set on the model later holds. It works on a copy: the model being trained keeps its unfolded
 weights, and every checkpoint holds them. Training is unchanged (channels_last there only
 with ``MODEL.FCOS.CHANNELS_LAST``).
 """
