@@ -17,8 +17,8 @@ from benchmarks import records
 from benchmarks.speed import contenders as bc, parts
 from benchmarks.speed.timing import (backbone_head_macs, interleaved_medians, low_tag,
                                      print_table, size, training_step)
-from benchmarks.speed.whole_model import (memory_probe, row_flops, row_inference, row_memory,
-                                          row_training)
+from benchmarks.speed.whole_model import (DEFAULT_PREDICTOR, EVAL_MODE, memory_probe, row_flops,
+                                          row_inference, row_memory, row_training)
 
 BENCHMARK = "speed"  # benchmarks/results/speed.jsonl
 
@@ -111,6 +111,10 @@ def target_ratios(rows: Dict[str, List[dict]], device: str,
         fp32 = inference["fcos-d2 fp32"]
         ratios["inference fp32 as configured / torchvision fp32 (target <= 0.75)"] = \
             fp32 / inference["torchvision fp32"]
+        for name in (EVAL_MODE, DEFAULT_PREDICTOR):  # as detectron2 users call the model
+            if name in inference:
+                ratios[f"inference {name[len('fcos-d2 '):]} / torchvision fp32 "
+                       "(target <= 0.75)"] = inference[name] / inference["torchvision fp32"]
         if measured:
             ratios[f"inference {tag} / fcos-d2 fp32 (target <= 0.55)"] = \
                 inference[f"fcos-d2 {tag}"] / fp32

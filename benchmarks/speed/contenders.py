@@ -136,6 +136,24 @@ def fcos_d2_inference_contender(device: str, image_size=None, **fcos) -> Contend
     return _detectron2_style("fcos-d2", inference_model(model, fast_inference_enabled(cfg)))
 
 
+def fcos_d2_eval_mode_infer(device: str) -> Callable[[Tensor], object]:
+    """fcos-d2's R-50 FCOS as a detectron2 user runs it by hand: ``build_model(cfg)``,
+    ``model.eval()``, ``model(inputs)`` (the model's own eval-mode fast path)."""
+    model = build_model(fcos_d2_cfg(device)).to(device).eval()
+    return lambda images: model(_d2_inputs(images))
+
+
+def default_predictor_infer(device: str) -> Callable[[Tensor], object]:
+    """fcos-d2's R-50 FCOS through detectron2's ``DefaultPredictor(cfg)``, one image at a
+    time as it takes them: (H, W, 3) uint8 arrays, its resizing (``INPUT.MIN_SIZE_TEST``
+    800, ``MAX_SIZE_TEST`` 1333) included."""
+    from detectron2.engine import DefaultPredictor
+
+    predictor = DefaultPredictor(fcos_d2_cfg(device))
+    return lambda images: [predictor(image.permute(1, 2, 0).byte().cpu().numpy())
+                           for image in images]
+
+
 def group_norm_32(channels: int) -> nn.GroupNorm:
     return nn.GroupNorm(32 if channels % 32 == 0 else 1, channels)
 

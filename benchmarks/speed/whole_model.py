@@ -13,6 +13,8 @@ from benchmarks.speed.timing import (autocast_call, backbone_head_macs, interlea
                                      low_tag, print_table, rss, size, training_step)
 
 REPO = bc.REPO
+EVAL_MODE = "fcos-d2 fp32 build_model + eval()"
+DEFAULT_PREDICTOR = "fcos-d2 fp32 DefaultPredictor"
 MODULE = "benchmarks.speed"
 
 
@@ -21,7 +23,8 @@ def inference_contenders(device: str, image_size) -> Dict[str, Callable]:
     MODEL.FCOS.FAST_INFERENCE: folded BN, channels_last), as trained (FAST_INFERENCE
     False), and the low-precision rows: fcos-d2 with MODEL.FCOS.INFERENCE_DTYPE (forced to
     bf16 with CPU_BF16 "always", so that an emulated CPU shows what it costs) and
-    torchvision under autocast."""
+    torchvision under autocast; and fcos-d2 as detectron2 users call it themselves
+    (``build_model`` + ``eval()``, ``DefaultPredictor``)."""
     low = "bfloat16" if device == "cpu" else "float16"
     fp32, plain, tv, low_fast, d2 = (
         bc.fcos_d2_inference_contender(device), bc.fcos_d2_inference_contender(
@@ -35,6 +38,8 @@ def inference_contenders(device: str, image_size) -> Dict[str, Callable]:
         "fcos-d2 fp32 FAST_INFERENCE off": plain.infer,
         "torchvision fp32": tv.infer,
         d2.name + " fp32": d2.infer,
+        EVAL_MODE: bc.fcos_d2_eval_mode_infer(device),
+        DEFAULT_PREDICTOR: bc.default_predictor_infer(device),
         f"fcos-d2 {low_tag(device)}": low_fast.infer,
         f"torchvision {low_tag(device)}": lambda images: autocast_call(device, tv.infer, images),
     }

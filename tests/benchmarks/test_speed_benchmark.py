@@ -125,3 +125,28 @@ def test_labelenc_row_times_the_stripped_step2_model_against_plain_fcos(benchmar
     assert labelenc["parameters"] == plain["parameters"]
     assert labelenc["gmacs"] == plain["gmacs"] > 0
     assert labelenc["seconds"] > 0 and plain["latency_vs_plain"] == 1.0
+
+
+def test_the_ways_detectron2_users_call_the_model_have_their_target(benchmark):
+    rows = _rows("bf16 native")
+    rows["inference"] += [{"row": "inference", "contender": c, "batch": 1, "seconds": t}
+                          for c, t in [("fcos-d2 fp32 build_model + eval()", 2.8),
+                                       ("fcos-d2 fp32 DefaultPredictor", 3.2)]]
+    ratios = benchmark.target_ratios(rows, "cpu", "bf16 native")
+    assert ratios["inference fp32 build_model + eval() / torchvision fp32 (target <= 0.75)"] \
+        == pytest.approx(0.7)
+    assert ratios["inference fp32 DefaultPredictor / torchvision fp32 (target <= 0.75)"] \
+        == pytest.approx(0.8)
+
+
+def test_the_default_predictor_and_eval_mode_contenders_detect_like_the_model():
+    import torch
+    from benchmarks.speed import contenders as bc
+
+    images = bc.random_images(2, 64, 96, "cpu")
+    with torch.no_grad():
+        by_hand = bc.fcos_d2_eval_mode_infer("cpu")(images)
+        predicted = bc.default_predictor_infer("cpu")(images)
+    assert len(by_hand) == len(predicted) == 2
+    assert all(tuple(p["instances"].image_size) == (64, 96) for p in predicted)
+    assert all("instances" in r for r in by_hand)
