@@ -115,9 +115,34 @@ def epochs_table(numbered: Numbered) -> List[str]:
                      _joined(r["seed"] for _, r in group), _mean_std(aps),
                      f"{min(aps):.1f}-{max(aps):.1f}", f"{statistics.mean(peaks):.1f}",
                      f"{statistics.mean(seconds):.0f}", *_provenance(group)])
-    return _table(["regime", "overrides", "epochs", "seeds", "AP (mean / std)", "AP range",
-                   "best AP along the run (mean)", "s / run (mean)", "commits", "CPU",
-                   "records"], rows)
+    lines = _table(["regime", "overrides", "epochs", "seeds", "AP (mean / std)", "AP range",
+                    "best AP along the run (mean)", "s / run (mean)", "commits", "CPU",
+                    "records"], rows)
+    return lines + along_the_longest_runs(groups)
+
+
+def along_the_longest_runs(groups: Dict[tuple, Numbered]) -> List[str]:
+    """Per (regime, overrides), the longest schedule's evaluations along its runs: AP at each
+    evaluated epoch, per seed and mean / std (before and after its LR step: the curve that
+    tells whether the schedule has reached its plateau)."""
+    longest = {}
+    for (regime, overrides, epochs), group in groups.items():
+        if epochs >= longest.get((regime, overrides), (0, None))[0]:
+            longest[(regime, overrides)] = (epochs, group)
+    rows = []
+    for (regime, overrides), (epochs, group) in sorted(longest.items()):
+        curves = [dict(r["metrics"]["curve"]) for _, r in group]
+        for at in sorted({e for curve in curves for e in curve}):
+            aps = [curve[at] for curve in curves if at in curve]
+            rows.append([regime, " ".join(overrides) or "none", epochs, f"{at:g}",
+                         " / ".join(f"{curve[at]:.1f}" if at in curve else "-"
+                                    for curve in curves), _mean_std(aps)])
+    if not rows:
+        return []
+    return ["", "Along the longest schedule's runs (evaluated every few epochs; AP per seed, "
+            "in the order of the seeds above):", "",
+            *_table(["regime", "overrides", "schedule (epochs)", "after epoch", "AP per seed",
+                     "AP (mean / std)"], rows)]
 
 
 def _compact(result: dict) -> str:

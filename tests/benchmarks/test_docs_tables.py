@@ -97,10 +97,14 @@ def test_epochs_rows_are_per_regime_overrides_and_epochs_in_ascending_epochs(tmp
     assert lines[2] == "# AP against epochs of the small-data recipe (python -m benchmarks.epochs)"
     cpu = "Example CPU (amx_bf16, avx512_bf16)"
     # E=24: mean 32.0, sample std of (30, 34) 2.8; best along the runs 30 and 36, mean 33
-    assert lines[-2:] == [
+    assert lines[8:10] == [
         f"| thin | none | 12 | 0 | 10.0 / n/a | 10.0-10.0 | 12.0 | 100 | aaaaaaa | {cpu} | 2 |",
         f"| thin | none | 24 | 0, 1 | 32.0 / 2.8 | 30.0-34.0 | 33.0 | 320 | aaaaaaa | {cpu} | "
         "1, 3 |"]
+    assert lines[10] == ""  # then the runs' curves
+    # the longest schedule (24) along its runs: epoch 12 seeds 20 and 36, epoch 24 30 and 34
+    assert lines[-2:] == ["| thin | none | 24 | 12 | 20.0 / 36.0 | 28.0 / 11.3 |",
+                          "| thin | none | 24 | 24 | 30.0 / 34.0 | 32.0 / 2.8 |"]
 
 
 def test_another_benchmark_gets_a_row_per_record(tmp_path):
