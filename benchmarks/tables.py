@@ -131,16 +131,16 @@ def along_the_longest_runs(groups: Dict[tuple, Numbered]) -> List[str]:
             longest[(regime, overrides)] = (epochs, group)
     rows = []
     for (regime, overrides), (epochs, group) in sorted(longest.items()):
-        curves = [dict(r["metrics"]["curve"]) for _, r in group]
-        for at in sorted({e for curve in curves for e in curve}):
-            aps = [curve[at] for curve in curves if at in curve]
+        curves = [(r["seed"], dict(r["metrics"]["curve"])) for _, r in group]
+        for at in sorted({e for _, curve in curves for e in curve}):
+            aps = [curve[at] for _, curve in curves if at in curve]
             rows.append([regime, " ".join(overrides) or "none", epochs, f"{at:g}",
-                         " / ".join(f"{curve[at]:.1f}" if at in curve else "-"
-                                    for curve in curves), _mean_std(aps)])
+                         ", ".join(f"s{seed} {curve[at]:.1f}" for seed, curve in curves
+                                   if at in curve), _mean_std(aps)])
     if not rows:
         return []
-    return ["", "Along the longest schedule's runs (evaluated every few epochs; AP per seed, "
-            "in the order of the seeds above):", "",
+    return ["", "Along the longest schedule's runs (evaluated every few epochs; s0 12.3: seed "
+            "0's AP):", "",
             *_table(["regime", "overrides", "schedule (epochs)", "after epoch", "AP per seed",
                      "AP (mean / std)"], rows)]
 

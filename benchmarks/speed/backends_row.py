@@ -19,7 +19,6 @@ from benchmarks.speed import contenders as bc
 from fcos_d2.modeling.inference_backends import INT8_CALIBRATION_BATCHES, torchao_available
 
 TOP, BOX_TOL = 20, 4.0  # the agreement: fp32's best detections, corner tolerance in pixels
-TIMED_SCORE_THRESH = bc.fcos_d2_cfg("cpu").MODEL.FCOS.INFERENCE_TH_TEST  # configs/FCOS-R50
 
 
 def _model(backend: str, state_dict: dict) -> torch.nn.Module:
@@ -50,6 +49,7 @@ def measure(image_size, repeats: int, interleaved, kind: str) -> List[dict]:
     torch.manual_seed(0)
     eager = _model("eager", build_model(bc.fcos_d2_cfg("cpu")).state_dict())  # seeded weights
     state = eager.state_dict()
+    timed_thresh = bc.fcos_d2_cfg("cpu").MODEL.FCOS.INFERENCE_TH_TEST  # configs/FCOS-R50
     models = {"fcos-d2 eager fp32": eager, f"fcos-d2 bf16_compiled ({kind})":
               _model("bf16_compiled", state)}
     if torchao_available():
@@ -66,7 +66,7 @@ def measure(image_size, repeats: int, interleaved, kind: str) -> List[dict]:
             found = _found(model(bc._d2_inputs(images))[0]["instances"], want)
             extra[name] = {"first_calls_s": first_calls,
                            "found_of_top": f"{found}/{min(TOP, len(want))}"}
-            model.score_thresh = TIMED_SCORE_THRESH
+            model.score_thresh = timed_thresh
         fns = {"torchvision fp32": lambda: torchvision.infer(images)}
         fns.update({n: (lambda m=m: m(bc._d2_inputs(images))) for n, m in models.items()})
         medians = interleaved(fns, repeats, "cpu")

@@ -6,8 +6,10 @@ Every contender is wrapped so that the benchmark calls the same three things on 
 ``infer(images)`` with a (N, 3, H, W) float batch in 0..255, ``loss(images, targets)``
 returning the summed training loss, ``model`` (the nn.Module to optimise) and
 ``optimizer(model)``, the optimizer its project trains it with (the training rows time its
-step too): fcos-d2's ``build_optimizer`` (fused SGD), detectron2's model-zoo SGD, the SGD of
-torchvision's detection references; momentum 0.9, weight decay 1e-4, lr 1e-4 for all.
+step too): fcos-d2's ``build_optimizer`` (fused SGD; configs/FCOS-R50.yaml's parameter
+groups: biases at twice the lr and without weight decay), detectron2's model-zoo SGD (no
+weight decay on norms), the SGD of torchvision's detection references (weight decay on
+all); momentum 0.9, weight decay 1e-4 and a base lr of 1e-4 for all.
 """
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,22 +138,31 @@ def fcos_d2_inference_contender(device: str, image_size=None, **fcos) -> Contend
     return _detectron2_style("fcos-d2", inference_model(model, fast_inference_enabled(cfg)))
 
 
-def fcos_d2_eval_mode_infer(device: str) -> Callable[[Tensor], object]:
+def fcos_d2_eval_mode_infer(device: str, **fcos) -> Callable[[Tensor], object]:
     """fcos-d2's R-50 FCOS as a detectron2 user runs it by hand: ``build_model(cfg)``,
     ``model.eval()``, ``model(inputs)`` (the model's own eval-mode fast path)."""
-    model = build_model(fcos_d2_cfg(device)).to(device).eval()
+    model = build_model(fcos_d2_cfg(device, **fcos)).to(device).eval()
     return lambda images: model(_d2_inputs(images))
 
 
-def default_predictor_infer(device: str) -> Callable[[Tensor], object]:
+def default_predictor_infer(device: str, image_size: Tuple[int, int],
+                            **fcos) -> Callable[[Tensor], object]:
     """fcos-d2's R-50 FCOS through detectron2's ``DefaultPredictor(cfg)``, one image at a
-    time as it takes them: (H, W, 3) uint8 arrays, its resizing (``INPUT.MIN_SIZE_TEST``
-    800, ``MAX_SIZE_TEST`` 1333) included."""
+    time as it takes them: (H, W, 3) uint8 arrays, its resizing included (set to keep
+    ``image_size`` (H, W), as the other contenders). The arrays are made before timing."""
     from detectron2.engine import DefaultPredictor
 
-    predictor = DefaultPredictor(fcos_d2_cfg(device))
-    return lambda images: [predictor(image.permute(1, 2, 0).byte().cpu().numpy())
-                           for image in images]
+    cfg = fcos_d2_cfg(device, **fcos)
+    cfg.INPUT.MIN_SIZE_TEST, cfg.INPUT.MAX_SIZE_TEST = min(image_size), max(image_size)
+    predictor = DefaultPredictor(cfg)
+    converted = {"of": None, "arrays": []}  # the batch last converted (held: no id reuse)
+
+    def infer(images):
+        if converted["of"] is not images:  # (N, 3, H, W) floats in 0..255 -> (H, W, 3) uint8
+            converted["of"] = images
+            converted["arrays"] = [x.permute(1, 2, 0).byte().cpu().numpy() for x in images]
+        return [predictor(array) for array in converted["arrays"]]
+    return infer
 
 
 def group_norm_32(channels: int) -> nn.GroupNorm:

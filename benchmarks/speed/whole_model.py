@@ -39,7 +39,7 @@ def inference_contenders(device: str, image_size) -> Dict[str, Callable]:
         "torchvision fp32": tv.infer,
         d2.name + " fp32": d2.infer,
         EVAL_MODE: bc.fcos_d2_eval_mode_infer(device),
-        DEFAULT_PREDICTOR: bc.default_predictor_infer(device),
+        DEFAULT_PREDICTOR: bc.default_predictor_infer(device, image_size),
         f"fcos-d2 {low_tag(device)}": low_fast.infer,
         f"torchvision {low_tag(device)}": lambda images: autocast_call(device, tv.infer, images),
     }

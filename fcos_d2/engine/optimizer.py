@@ -6,7 +6,8 @@ detectron2's ``SOLVER.CLIP_GRADIENTS``. SGD is detectron2's (``SOLVER.MOMENTUM``
 ``NESTEROV``, ``WEIGHT_DECAY``) run by torch's fused kernel; AdamW has
 ``SOLVER.WEIGHT_DECAY`` as its decoupled weight decay and ``SOLVER.ADAMW_BETAS``.
 """
-from typing import List
+import functools
+from typing import List, Optional
 
 import torch
 from detectron2.config import CfgNode as CN
@@ -27,18 +28,31 @@ def build_optimizer(cfg: CN, model: torch.nn.Module) -> torch.optim.Optimizer:
     params = get_default_optimizer_params(
         model, base_lr=cfg.SOLVER.BASE_LR, weight_decay_norm=cfg.SOLVER.WEIGHT_DECAY_NORM,
         bias_lr_factor=cfg.SOLVER.BIAS_LR_FACTOR, weight_decay_bias=cfg.SOLVER.WEIGHT_DECAY_BIAS)
-    fused = use_fused_kernel(cfg, params)
+    # None, not False, without the fused kernel: torch then picks foreach where it can (CUDA)
+    fused = True if use_fused_kernel(cfg, params) else None
     if name == "SGD":
         # detectron2's build_optimizer, with the fused kernel where it applies
-        return maybe_add_gradient_clipping(cfg, torch.optim.SGD)(
+        optimizer = maybe_add_gradient_clipping(cfg, torch.optim.SGD)(
             params, lr=cfg.SOLVER.BASE_LR, momentum=cfg.SOLVER.MOMENTUM,
             nesterov=cfg.SOLVER.NESTEROV, weight_decay=cfg.SOLVER.WEIGHT_DECAY, fused=fused)
-    betas = tuple(cfg.SOLVER.ADAMW_BETAS)
-    if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
-        raise ValueError(f"SOLVER.ADAMW_BETAS: two numbers in [0, 1) expected, got {betas}")
-    return maybe_add_gradient_clipping(cfg, torch.optim.AdamW)(
-        params, lr=cfg.SOLVER.BASE_LR, betas=betas, weight_decay=cfg.SOLVER.WEIGHT_DECAY,
-        fused=fused)
+    else:
+        betas = tuple(cfg.SOLVER.ADAMW_BETAS)
+        if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
+            raise ValueError(f"SOLVER.ADAMW_BETAS: two numbers in [0, 1) expected, got {betas}")
+        optimizer = maybe_add_gradient_clipping(cfg, torch.optim.AdamW)(
+            params, lr=cfg.SOLVER.BASE_LR, betas=betas, weight_decay=cfg.SOLVER.WEIGHT_DECAY,
+            fused=fused)
+    optimizer.register_load_state_dict_post_hook(functools.partial(keep_kernel, fused=fused))
+    return optimizer
+
+
+def keep_kernel(optimizer: torch.optim.Optimizer, *, fused: Optional[bool]) -> None:
+    """After ``load_state_dict``: the kernel chosen at build time, not the checkpoint's. A
+    checkpoint from before the fused kernel (or from detectron2's SGD) holds ``fused`` False,
+    and torch would restore it while the optimizer still tells a gradient scaler it
+    unscales inside its step (under fp16 AMP the loop kernel then refuses the scale)."""
+    for group in optimizer.param_groups:
+        group["fused"] = fused
 
 
 def use_fused_kernel(cfg: CN, params: List[dict]) -> bool:

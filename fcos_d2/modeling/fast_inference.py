@@ -12,9 +12,9 @@ modules (not in its ``state_dict``, parameters or deep copies) and rebuilt whene
 weights change (``load_state_dict``, a checkpointer's load, an optimizer step, ``.to()``),
 so that detectron2's ``DefaultPredictor`` and a hand-written ``model.eval()`` loop are as
 fast as our entry points. The copy takes the model's plain settings (``score_thresh``,
-``nms_thresh``, ...) at every call, so that one set on the model later holds. It works on a copy: the model being trained keeps its unfolded
-weights, and every checkpoint holds them. Training is unchanged (channels_last there only
-with ``MODEL.FCOS.CHANNELS_LAST``).
+``nms_thresh``, ...) at every call, so that one set on the model later holds. It works on
+a copy: the model being trained keeps its unfolded weights, and every checkpoint holds
+them. Training is unchanged (channels_last there only with ``MODEL.FCOS.CHANNELS_LAST``).
 """
 import copy
 from typing import Optional, Tuple
@@ -147,13 +147,15 @@ class InferenceCopy:
 COPY_OWN_SETTINGS = ("channels_last", "fast_inference", "training")
 # plain values only: None is what a model holds for state built lazily (its compiled-backend
 # runner), which the copy builds for itself
-SETTING_TYPES = (bool, int, float, str, tuple, list)
+SETTING_TYPES = (bool, int, float, str, tuple, list, torch.dtype)
 
 
 def follow_settings(fast: nn.Module, model: nn.Module) -> None:
     """Gives ``fast`` the model's current plain settings (``score_thresh``, ``nms_thresh``,
     ``max_detections_per_image``, ``inference_dtype``, ...), so that one changed on the
-    model after the copy was made, as detectron2 users set ``model.score_thresh``, holds."""
+    model after the copy was made, as detectron2 users set ``model.score_thresh``, holds.
+    The model's own attributes only: settings of its submodules (``model.head.*``) are not
+    followed."""
     for name, value in vars(model).items():
         if isinstance(value, SETTING_TYPES) and name not in COPY_OWN_SETTINGS \
                 and not name.startswith("_"):

@@ -103,8 +103,8 @@ def test_epochs_rows_are_per_regime_overrides_and_epochs_in_ascending_epochs(tmp
         "1, 3 |"]
     assert lines[10] == ""  # then the runs' curves
     # the longest schedule (24) along its runs: epoch 12 seeds 20 and 36, epoch 24 30 and 34
-    assert lines[-2:] == ["| thin | none | 24 | 12 | 20.0 / 36.0 | 28.0 / 11.3 |",
-                          "| thin | none | 24 | 24 | 30.0 / 34.0 | 32.0 / 2.8 |"]
+    assert lines[-2:] == ["| thin | none | 24 | 12 | s0 20.0, s1 36.0 | 28.0 / 11.3 |",
+                          "| thin | none | 24 | 24 | s0 30.0, s1 34.0 | 32.0 / 2.8 |"]
 
 
 def test_another_benchmark_gets_a_row_per_record(tmp_path):

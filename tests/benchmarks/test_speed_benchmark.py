@@ -143,10 +143,17 @@ def test_the_default_predictor_and_eval_mode_contenders_detect_like_the_model():
     import torch
     from benchmarks.speed import contenders as bc
 
-    images = bc.random_images(2, 64, 96, "cpu")
+    images = bc.random_images(2, 64, 96, "cpu").round()  # what uint8 arrays hold
+    torch.manual_seed(0)
+    by_hand = bc.fcos_d2_eval_mode_infer("cpu", INFERENCE_TH_TEST=0.0)  # random weights
+    torch.manual_seed(0)  # the same random weights
+    predictor = bc.default_predictor_infer("cpu", (64, 96), INFERENCE_TH_TEST=0.0)
     with torch.no_grad():
-        by_hand = bc.fcos_d2_eval_mode_infer("cpu")(images)
-        predicted = bc.default_predictor_infer("cpu")(images)
-    assert len(by_hand) == len(predicted) == 2
-    assert all(tuple(p["instances"].image_size) == (64, 96) for p in predicted)
-    assert all("instances" in r for r in by_hand)
+        eval_mode, predicted = by_hand(images), predictor(images)
+    assert len(eval_mode) == len(predicted) == 2
+    for mine, theirs in zip(eval_mode, predicted):
+        mine, theirs = mine["instances"], theirs["instances"]
+        assert tuple(theirs.image_size) == (64, 96)  # kept at the contenders' size
+        assert len(mine) == len(theirs) > 0
+        assert torch.allclose(mine.scores, theirs.scores, atol=1e-5)
+        assert torch.allclose(mine.pred_boxes.tensor, theirs.pred_boxes.tensor, atol=1e-3)

@@ -126,3 +126,24 @@ def test_gradient_clipping_keeps_the_loop_kernel_and_clips(name):
         p.grad = torch.full_like(p, 5.0)
     optimizer.step()
     assert all(p.grad.abs().max() <= 1e-3 for p in model.parameters())  # clipped in step
+
+
+def test_a_checkpoint_of_the_loop_kernel_resumes_on_the_fused_one_under_a_grad_scaler():
+    from detectron2.solver import build_optimizer as detectrons_build_optimizer
+
+    cfg = solver_cfg()
+    model = tiny_model()
+    old = detectrons_build_optimizer(cfg, model)  # saved before the fused kernel
+    for p in model.parameters():
+        p.grad = torch.ones_like(p)
+    old.step()
+    ours = build_optimizer(cfg, model)
+    ours.load_state_dict(old.state_dict())
+    assert all(group["fused"] is True for group in ours.param_groups)
+    scaler = torch.amp.GradScaler("cpu", init_scale=4.0)
+    before = [p.detach().clone() for p in model.parameters()]
+    ours.zero_grad()
+    scaler.scale(sum(p.sum() for p in model.parameters())).backward()
+    scaler.step(ours)  # the fused step undoes the scale itself
+    scaler.update()
+    assert all(not torch.equal(p, b) for p, b in zip(model.parameters(), before))

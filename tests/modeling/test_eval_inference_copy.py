@@ -150,6 +150,9 @@ def test_settings_changed_on_the_model_after_the_copy_was_made_hold():
     assert len(_detections(model)[1]) == 0
     model.score_thresh = 0.0
     assert torch.equal(_detections(model)[1], scores)
+    model.inference_dtype = torch.bfloat16  # a dtype, not a number
+    _detections(model)
+    assert model.inference_copy._copy.inference_dtype is torch.bfloat16
     assert _runs_folded_copy(model) and model.inference_copy._copy.channels_last
     assert not model.channels_last  # the copy's own layout is not the model's
 
