@@ -47,9 +47,10 @@ def _warm(model, images, calls: int) -> float:
 
 def measure(image_size, repeats: int, interleaved, kind: str) -> List[dict]:
     torch.manual_seed(0)
-    eager = _model("eager", build_model(bc.fcos_d2_cfg("cpu")).state_dict())  # seeded weights
+    cfg = bc.fcos_d2_cfg("cpu")  # configs/FCOS-R50.yaml
+    eager = _model("eager", build_model(cfg).state_dict())  # seeded weights
     state = eager.state_dict()
-    timed_thresh = bc.fcos_d2_cfg("cpu").MODEL.FCOS.INFERENCE_TH_TEST  # configs/FCOS-R50
+    timed_thresh = cfg.MODEL.FCOS.INFERENCE_TH_TEST
     models = {"fcos-d2 eager fp32": eager, f"fcos-d2 bf16_compiled ({kind})":
               _model("bf16_compiled", state)}
     if torchao_available():

@@ -158,5 +158,5 @@ def follow_settings(fast: nn.Module, model: nn.Module) -> None:
     followed."""
     for name, value in vars(model).items():
         if isinstance(value, SETTING_TYPES) and name not in COPY_OWN_SETTINGS \
-                and not name.startswith("_"):
-            setattr(fast, name, value)
+                and not name.startswith("_") and getattr(fast, name, None) != value:
+            setattr(fast, name, value)  # only what changed: this runs at every eval call
