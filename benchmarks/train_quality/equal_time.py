@@ -12,7 +12,10 @@ each a run that ended "ok" and counted its iterations. In it:
   reference count; a contender's iterations in the budget are the budget over its seconds
   per iteration (at the reference count where it ran it), rounded down; its AP at equal time
   is the mean AP of its runs of the most iterations within that count, a measured point,
-  never interpolated (none: a shorter run of it is needed, and the row says how short).
+  never interpolated (none: a shorter run of it is needed, and the row says how short);
+- every other iteration count the shipped recipe ran (``ANCHOR``, e.g. its own 48 epochs)
+  gets a comparison of its own: that count is its reference and the recipe's training time
+  there its budget, so that the other contenders are seen at the recipe's full cost.
 
 Shapes: a record is (line in the records file, record dict); a row is a list of cells.
 """
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from benchmarks.records import score
+from benchmarks.train_quality.contenders import RECIPE as ANCHOR
 
 SCHEDULE_KEYS = ("SOLVER.MAX_ITER", "SOLVER.STEPS", "SOLVER.WARMUP_ITERS")
 HEADER = ["contender", "seeds (reference / its run)", "AP at the reference iterations",
@@ -119,29 +123,42 @@ def contender_row(name: str, curve: Dict[int, Point], reference: int,
             ", ".join(str(n) for p in shown for n in p.lines)]
 
 
-def comparison(numbered: Numbered, title: str) -> Optional[Comparison]:
-    """The ``Comparison`` of one group's records; None if none counted its iterations."""
-    curves = points(_timed(numbered))
-    if not curves:
-        return None
-    reference = reference_iterations(curves)
-    fastest = min((name for name in curves if reference in curves[name]),
-                  key=lambda name: curves[name][reference].seconds)
-    budget = curves[fastest][reference].seconds
-    heading = (f"{title}; reference {reference} iterations; budget {budget:.0f} s, the "
-               f"training time of the fastest contender there ({fastest})")
+def _compared(curves: Dict[str, Dict[int, Point]], reference: int, budget: float,
+              heading: str) -> Comparison:
     return Comparison(heading, [contender_row(name, curve, reference, budget)
                                 for name, curve in curves.items()])
 
 
+def comparison(numbered: Numbered, title: str) -> List[Comparison]:
+    """The ``Comparison`` of one group's records at the count most contenders ran, then one
+    per other count of ``ANCHOR`` (budget: its training time there); [] if none counted
+    its iterations."""
+    curves = points(_timed(numbered))
+    if not curves:
+        return []
+    reference = reference_iterations(curves)
+    fastest = min((name for name in curves if reference in curves[name]),
+                  key=lambda name: curves[name][reference].seconds)
+    budget = curves[fastest][reference].seconds
+    found = [_compared(curves, reference, budget,
+                       f"{title}; reference {reference} iterations; budget {budget:.0f} s, "
+                       f"the training time of the fastest contender there ({fastest})")]
+    for count, point in curves.get(ANCHOR, {}).items():
+        if count != reference:
+            found.append(_compared(
+                curves, count, point.seconds,
+                f"{title}; reference {count} iterations, another schedule of {ANCHOR}; "
+                f"budget {point.seconds:.0f} s, its training time there"))
+    return found
+
+
 def comparisons(numbered: Numbered) -> List[Comparison]:
-    """One ``Comparison`` per (regime, CPU kind, overrides other than the schedule's)."""
+    """The ``Comparison``s of each (regime, CPU kind, overrides other than the schedule's)."""
     groups: Dict[tuple, Numbered] = OrderedDict()
     for line, record in numbered:
         key = (record["run"].get("regime", "shapes"), cpu_kind(record),
                other_than_schedule(record["overrides"]))
         groups.setdefault(key, []).append((line, record))
-    found = [comparison(group, f"Regime {regime}, {cpu}, overrides besides the schedule's: "
-                               f"{' '.join(overrides) or 'none'}")
-             for (regime, cpu, overrides), group in groups.items()]
-    return [c for c in found if c is not None]
+    return [found for (regime, cpu, overrides), group in groups.items()
+            for found in comparison(group, f"Regime {regime}, {cpu}, overrides besides the "
+                                           f"schedule's: {' '.join(overrides) or 'none'}")]
