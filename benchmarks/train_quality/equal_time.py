@@ -12,7 +12,8 @@ each a run that ended "ok" and counted its iterations. In it:
   reference count; a contender's iterations in the budget are the budget over its seconds
   per iteration (at the reference count where it ran it), rounded down; its AP at equal time
   is the mean AP of its runs of the most iterations within that count, a measured point,
-  never interpolated (none: a shorter run of it is needed, and the row says how short);
+  never interpolated, and only if those runs did at least half of that count (none: a run
+  of it is needed, and the row says of how many iterations);
 - every other iteration count the shipped recipe ran (``ANCHOR``, e.g. its own 48 epochs)
   gets a comparison of its own: that count is its reference and the recipe's training time
   there its budget, so that the other contenders are seen at the recipe's full cost.
@@ -112,15 +113,23 @@ def contender_row(name: str, curve: Dict[int, Point], reference: int,
                      statistics.mean(p.seconds_per_iteration for p in curve.values()))
     in_budget = math.floor(budget / per_iteration + 1e-9)
     chosen = at_most(curve, in_budget)
+    too_short = chosen is not None and 2 * chosen.iterations < in_budget
+    if too_short:
+        missing = (f"none: its run of {chosen.iterations} it. is under half of them; needs "
+                   f"one of {math.ceil(in_budget / 2)}-{in_budget} iterations")
+        chosen = None
+    else:
+        missing = f"none: needs a run of at most {in_budget} iterations"
     shown = [at_reference] if at_reference else []
     shown += [chosen] if chosen is not None and chosen is not at_reference else []
+    # the records its seconds per iteration and its AP come from
+    sources = shown if at_reference else list(curve.values())
     return [name, " / ".join(", ".join(str(s) for s in p.seeds) for p in shown),
             f"{at_reference.ap:.1f}" if at_reference else "",
             f"{per_iteration:.3f}", f"{at_reference.seconds:.0f}" if at_reference else "",
             str(in_budget), f"{chosen.ap:.1f}" if chosen else "",
-            (f"{chosen.iterations} it., {chosen.seconds:.0f} s" if chosen else
-             f"none: needs a run of at most {in_budget} iterations"),
-            ", ".join(str(n) for p in shown for n in p.lines)]
+            f"{chosen.iterations} it., {chosen.seconds:.0f} s" if chosen else missing,
+            ", ".join(str(n) for p in sources for n in p.lines)]
 
 
 def _compared(curves: Dict[str, Dict[int, Point]], reference: int, budget: float,

@@ -55,15 +55,17 @@ def test_the_table_gives_each_contender_at_equal_iterations_and_at_equal_time(tm
         "| torchvision | 0 | 6.0 | 0.700 | 420 | 450 |  | none: needs a run of at most 450 "
         "iterations | 6 |"]
     # the recipe's 1200-iteration run (line 5) gets a table of its own, budget 640 s: Faster
-    # R-CNN 640 / mean(1.5, 1.55) = 419 iterations (its 200-iteration run fits), torchvision
-    # 640 / 0.7 = 914 (its 600-iteration run fits); neither ran 1200
+    # R-CNN 640 / mean(1.5, 1.55) = 419 iterations, where its 200-iteration run is under
+    # half and does not count; torchvision 640 / 0.7 = 914, its 600-iteration run counts;
+    # neither ran 1200
     assert lines[start + 12] == (
         "Regime shapes, Example CPU (avx512_bf16), overrides besides the schedule's: none; "
         "reference 1200 iterations, another schedule of fcos-d2 recipe; budget 640 s, its "
         "training time there:")
     assert lines[start + 16:start + 19] == [
         "| fcos-d2 recipe | 0 | 30.0 | 0.533 | 640 | 1200 | 30.0 | 1200 it., 640 s | 5 |",
-        "| detectron2 faster-rcnn | 0 |  | 1.525 |  | 419 | 5.0 | 200 it., 310 s | 4 |",
+        "| detectron2 faster-rcnn |  |  | 1.525 |  | 419 |  | none: its run of 200 it. is "
+        "under half of them; needs one of 210-419 iterations | 3, 4 |",
         "| torchvision | 0 |  | 0.700 |  | 914 | 6.0 | 600 it., 420 s | 6 |"]
     assert lines[start + 20] == (
         "Regime shapes, Example CPU (avx512_bf16), overrides besides the schedule's: "
