@@ -29,9 +29,9 @@ EQUAL_TIME_DEFINITION = (
     "time there. Equal training time: a contender's iterations in the budget are the budget "
     "over its seconds per iteration, rounded down; its AP at equal time is that of its runs "
     "of the most iterations within them (a measured run, not interpolated), if those did at "
-    "least half of them. Each other "
-    "schedule the shipped recipe (fcos-d2 recipe) ran gets a table of its own, with that "
-    "count as the reference and the recipe's training time there as the budget.")
+    "least half of them. Each other schedule the shipped recipe (fcos-d2 recipe) ran gets a "
+    "table of its own, with that count as the reference and the recipe's training time "
+    "there as the budget.")
 
 
 def _grouped(numbered: Numbered, key: Callable[[dict], tuple]) -> Dict[tuple, Numbered]:

@@ -113,8 +113,7 @@ def contender_row(name: str, curve: Dict[int, Point], reference: int,
                      statistics.mean(p.seconds_per_iteration for p in curve.values()))
     in_budget = math.floor(budget / per_iteration + 1e-9)
     chosen = at_most(curve, in_budget)
-    too_short = chosen is not None and 2 * chosen.iterations < in_budget
-    if too_short:
+    if chosen is not None and 2 * chosen.iterations < in_budget:  # cannot stand for it
         missing = (f"none: its run of {chosen.iterations} it. is under half of them; needs "
                    f"one of {math.ceil(in_budget / 2)}-{in_budget} iterations")
         chosen = None
