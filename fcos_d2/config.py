@@ -125,6 +125,13 @@ def add_fcos_config(cfg: CN) -> None:
     # SIZES_OF_INTEREST it decides which level an object lands on: with 8, objects of
     # 10-100 px put nearly all their positives on P3; 4 spreads them over more levels.
     _C.ATSS_ANCHOR_SCALE = 8.0
+    # Choose IN_FEATURES and SIZES_OF_INTEREST from the training boxes when training starts
+    # (fcos_d2.modeling.level_choice; ResNet-FPN backbones), instead of the values above.
+    # The chosen values replace them in OUTPUT_DIR/config.yaml, which then evaluates as is.
+    _C.LEVELS_FROM_DATA = False
+    # Training images (at most; evenly spread) read for the level-fit table logged when
+    # training starts (objects by size, their level and positives); 0: no table.
+    _C.LEVEL_FIT_IMAGES = 2000
 
     # Losses.
     # Classification loss: "focal" (official sigmoid focal loss, FOCAL_LOSS_ALPHA/GAMMA) or

@@ -57,6 +57,7 @@ from .launch import add_launcher_arguments, launch_from_args
 from .optimizer import build_optimizer
 from .preemption import SaveOnPreemption
 from .resumable_loader import build_resumable_train_loader
+from .level_fit import apply_levels_from_data, log_level_fit
 from .resume import ExactResume
 from .slurm import apply_slurm_environment
 
@@ -87,6 +88,8 @@ class Trainer(DefaultTrainer):
             precision = cpu_autocast_dtype(torch.bfloat16, cfg.MODEL.FCOS.CPU_BF16,
                                            what="training", key="SOLVER.AMP.ENABLED")
             self._trainer = CPUAMPTrainer.replacing(self._trainer, precision)
+        if comm.is_main_process():  # what the levels can see of the training boxes
+            log_level_fit(cfg, self.model)
         if cfg.MODEL.FCOS.COMPILE:  # in place: DDP, checkpoints and evaluation unchanged
             parts = compile_in_place(unwrap_ddp(self.model), cfg.MODEL.DEVICE)
             logger.info(f"MODEL.FCOS.COMPILE: {' and '.join(parts)} compiled with "
@@ -248,6 +251,7 @@ def setup(args):
     schedule = None if args.eval_only else apply_epoch_schedule(  # SOLVER.EPOCHS & co.
         cfg, config_layers(args.config_file, args.opts), comm.get_world_size())
     check_num_classes([*cfg.DATASETS.TRAIN, *cfg.DATASETS.TEST], cfg.MODEL.FCOS.NUM_CLASSES)
+    levels = apply_levels_from_data(cfg)  # MODEL.FCOS.LEVELS_FROM_DATA; also for --eval-only
     for extension in trainer_extensions_for(cfg):  # members' checks, then changes
         extension.check_config(cfg)
         extension.adjust_config(cfg)
@@ -258,6 +262,8 @@ def setup(args):
         logger.warning(fallback)
     if schedule is not None:
         logger.info(schedule.describe())
+    if levels:
+        logger.info(levels)
     return cfg
 
 

@@ -1,0 +1,144 @@
+"""Where a trained contender's AP goes, by object size: ``python -m benchmarks.size_breakdown``.
+
+For runs of ``benchmarks.train_quality`` (their weights in ``OUTPUT/runs/<name>-<seed>/
+model_final.pth`` and their overrides in ``OUTPUT/results.jsonl``) it rebuilds each model
+as it was trained, scores it on the regime's validation images and writes a record to
+``benchmarks/results/size_breakdown.jsonl``:
+
+- COCO's AP, AP50, AP75 and AR@100 per size bin (areas of boxes with sides < 16, 16-32,
+  32-64, > 64 px), with classes and class-agnostic;
+- objects found (a detection covers them at IoU >= 0.5) and named (the best-scored covering
+  detection has their class), per size bin of the longer side
+  (``fcos_d2.evaluation.detection_errors``);
+- the confusion matrix of those detections.
+
+    python -m benchmarks.size_breakdown --output output/train_quality \\
+        --runs "fcos-d2 recipe:0" "detectron2 faster-rcnn:0" [--regime shapes]
+"""
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+from benchmarks import records
+
+BENCHMARK = "size_breakdown"
+
+
+def parse_run(text: str) -> Tuple[str, int]:
+    """"NAME:SEED" -> (NAME, SEED)."""
+    name, _, seed = text.rpartition(":")
+    if not name or not seed.lstrip("-").isdigit():
+        raise argparse.ArgumentTypeError(f"--runs: {text!r} is not NAME:SEED")
+    return name, int(seed)
+
+
+def run_result(output: Path, name: str, seed: int) -> dict:
+    """The run's line of ``output/results.jsonl`` (its overrides, times, AP)."""
+    path = output / "results.jsonl"
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] \
+        if path.is_file() else []
+    found = [r for r in lines if r.get("contender") == name and r.get("seed") == seed]
+    if not found:
+        raise SystemExit(f"{path}: no run of contender {name!r} with seed {seed}")
+    return found[-1]
+
+
+def detections_of(name: str, seed: int, output: Path, regime: str, opts: List[str]):
+    """(ground-truth COCO dict, COCO results list, config) of the run's stored weights."""
+    import torch
+    from detectron2.data import MetadataCatalog, build_detection_test_loader
+    from detectron2.evaluation import COCOEvaluator, inference_on_dataset
+
+    from benchmarks.train_quality import catalog, protocol
+
+    run_dir = output / "runs" / f"{name}-{seed}"
+    weights = run_dir / "model_final.pth"
+    if not weights.is_file():
+        raise SystemExit(f"{weights}: not found (the weights of {name!r} seed {seed})")
+    torch.set_num_threads(1)
+    protocol.register_datasets(regime)
+    contender = catalog.contender(name)
+    cfg = contender.config(seed, str(run_dir), opts, regime)
+    model = contender.build(cfg)
+    model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
+    model.eval()
+    val_name = cfg.DATASETS.TEST[0]
+    folder = run_dir / "size_breakdown"
+    evaluator = COCOEvaluator(val_name, tasks=("bbox",), use_fast_impl=False,
+                              output_dir=str(folder))
+    with torch.no_grad():
+        inference_on_dataset(model, build_detection_test_loader(cfg, val_name), evaluator)
+    gt = json.loads(Path(MetadataCatalog.get(val_name).json_file).read_text())
+    detections = json.loads((folder / "coco_instances_results.json").read_text())
+    return gt, detections, cfg
+
+
+def breakdown(gt: dict, detections: List[dict]) -> Dict:
+    """The record's metrics (module docstring) of one model's detections."""
+    from fcos_d2.evaluation.detection_errors import (coco_box_ap, coco_size_metrics,
+                                                     error_table)
+
+    table = error_table(gt, detections)
+    return {
+        "AP": coco_box_ap(gt, detections, use_categories=True),
+        "AP_agnostic": coco_box_ap(gt, detections, use_categories=False),
+        "by_size": coco_size_metrics(gt, detections, use_categories=True),
+        "by_size_agnostic": coco_size_metrics(gt, detections, use_categories=False),
+        "found_named": {name: {"objects": n, "found": found / n if n else None,
+                               "named": named / n if n else None}
+                        for name, (n, found, named) in table["bins"].items()},
+        "confusion": table["confusion"].tolist(),
+        "categories": [c["name"] for c in gt["categories"]],
+    }
+
+
+def format_breakdowns(rows: List[Tuple[str, Dict]]) -> str:
+    """Markdown: per contender and size bin, AP / AP50 / AP75 / AR100, class-agnostic AP,
+    found and named."""
+    lines = ["| contender | size (px) | objects | AP | AP50 | AP75 | AR@100 | AP class-agnostic "
+             "| found | named |", "| --- " * 10 + "|"]
+    for label, metrics in rows:
+        for size, coco in metrics["by_size"].items():
+            agnostic = metrics["by_size_agnostic"][size]["AP"]
+            counts = metrics["found_named"].get(size, {})
+            share = (lambda v: "-" if v is None else f"{100 * v:.1f}%")
+            lines.append(f"| {label} | {size} | {counts.get('objects', '-')} | {coco['AP']:.1f} | "
+                         f"{coco['AP50']:.1f} | {coco['AP75']:.1f} | {coco['AR100']:.1f} | "
+                         f"{agnostic:.1f} | {share(counts.get('found'))} | "
+                         f"{share(counts.get('named'))} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--output", required=True, type=Path,
+                        help="the train_quality --output that holds the runs")
+    parser.add_argument("--runs", nargs="+", type=parse_run, required=True, metavar="NAME:SEED")
+    parser.add_argument("--regime", default="shapes")
+    args = parser.parse_args(argv)
+    import fcos_d2  # noqa: F401  (before detectron2)
+
+    rows = []
+    for name, seed in args.runs:
+        result = run_result(args.output, name, seed)
+        opts = list(result.get("opts", []))
+        gt, detections, _ = detections_of(name, seed, args.output, args.regime, opts)
+        metrics = breakdown(gt, detections)
+        record = records.make_record(
+            BENCHMARK, command=shlex.join(["python", "-m", "benchmarks.size_breakdown",
+                                           *(argv if argv is not None else sys.argv[1:])]),
+            seed=seed, overrides=opts, metrics=metrics,
+            times={"train_seconds": result.get("train_seconds")},
+            run={"contender": name, "regime": args.regime, "weights_from": str(args.output),
+                 "iterations": result.get("iterations"), "trained_AP": result.get("AP")})
+        records.append_record(record)
+        rows.append((f"{name} (seed {seed})", metrics))
+    print(format_breakdowns(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
