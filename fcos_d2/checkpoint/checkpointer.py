@@ -15,6 +15,8 @@
   ``fcos-d2://NAME`` names a model of ``fcos_d2.model_zoo``.
 - Official FCOS and AdelaiDet checkpoints load as they are: recognised by their keys and
   converted in memory, strictly, with a log line (``layouts``).
+- Weights of a model with other FPN levels: per-level tensors are matched by level name
+  (``levels``); checkpoints record their levels for that.
 - Weights that do not fit the model: when the weights are loaded to evaluate or to resume
   (``reinit_mismatched=False``), a tensor of another shape or a tensor of the model
   missing from the file is an error listing every one (unexpected extra tensors are only
@@ -34,6 +36,7 @@ from .atomic import atomic_write
 from .disk_space import CheckpointWriteError, describe_failed_save, os_error_in, tensor_bytes
 from .download import check_sha256, checked_weights_sha256, download_weights, is_url
 from .layouts import convert_foreign_checkpoint
+from .levels import LEVELS_KEY, LevelsMismatchError, fit_levels, model_levels
 from .safe_load import (CheckpointReadError, detectron_pickle_to_checkpoint, load_pickle_file,
                         load_torch_file, pycls_to_checkpoint, stored_iteration)
 
@@ -104,6 +107,9 @@ class FCOSCheckpointer(DetectionCheckpointer):
         if not self.save_dir or not self.save_to_disk:
             return
         data = {"model": self.model.state_dict()}
+        levels = model_levels(self.model)
+        if levels:  # which level each per-level tensor belongs to (fcos_d2.checkpoint.levels)
+            data[LEVELS_KEY] = levels
         data.update({key: obj.state_dict() for key, obj in self.checkpointables.items()})
         data.update(kwargs)
         basename = f"{name}.pth"
@@ -144,6 +150,8 @@ class FCOSCheckpointer(DetectionCheckpointer):
             return super().load(path, checkpointables)
         except _Mismatch as mismatch:
             raise WeightsMismatchError(_describe_mismatch(path, *mismatch.args)) from None
+        except LevelsMismatchError as error:
+            raise WeightsMismatchError(f"weights {path}: {error}") from None
 
     def resume_or_load(self, path: str, *, resume: bool = True) -> Dict[str, Any]:
         """As Checkpointer.resume_or_load, with the fallback of the module docstring, and
@@ -213,6 +221,8 @@ class FCOSCheckpointer(DetectionCheckpointer):
         # a copy on the CPU of what the model holds now, to restore the layers that differ
         fresh = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()} \
             if self._fine_tuning else {}
+        for note in fit_levels(checkpoint, self.model):  # per-level tensors by level name
+            self.logger.warning(note)
         incompatible = super()._load_model(checkpoint)
         shapes = list(incompatible.incorrect_shapes)
         reshaped = {key for key, _, _ in shapes}
