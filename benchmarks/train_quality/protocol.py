@@ -112,7 +112,8 @@ def prepare_datasets(regime: str = "shapes") -> None:
 def train(build: Callable, cfg, seed: int, init: Optional[Callable] = None,
           diagnostics: bool = False, init_seed: Optional[int] = None):
     """Builds the model (``build(cfg)``, then ``init(model)`` if given) and trains it with
-    the protocol's loader, optimizer and schedule; returns it and a dict of the run's seed,
+    the protocol's loader, optimizer and schedule (in bf16 autocast with
+    ``SOLVER.AMP.ENABLED`` where the CPU has native bf16, as train_net.py); returns it and a dict of the run's seed,
     status, final losses, training seconds and iterations done (with `diagnostics`, also
     "diagnostics": losses, positives per level, gradient norms, BN statistics, regression
     outputs and positives' scores, from ``benchmarks.train_quality.diagnostics``).
@@ -127,6 +128,7 @@ def train(build: Callable, cfg, seed: int, init: Optional[Callable] = None,
     from detectron2.solver import build_lr_scheduler
     from detectron2.utils.env import seed_all_rng
 
+    from fcos_d2.engine.amp import CPUAMPTrainer, cpu_autocast_dtype
     from fcos_d2.engine.optimizer import build_optimizer  # SOLVER.OPTIMIZER: SGD or AdamW
 
     seed_all_rng(seed)
@@ -137,6 +139,9 @@ def train(build: Callable, cfg, seed: int, init: Optional[Callable] = None,
         init(model)
     optimizer = build_optimizer(cfg, model)
     trainer = SimpleTrainer(model, build_detection_train_loader(cfg), optimizer)
+    if cfg.SOLVER.AMP.ENABLED and cfg.MODEL.DEVICE == "cpu":  # as train_net.py's Trainer
+        trainer = CPUAMPTrainer.replacing(trainer, cpu_autocast_dtype(
+            torch.bfloat16, cfg.MODEL.FCOS.CPU_BF16, what="training", key="SOLVER.AMP.ENABLED"))
     recorder = loss_recorder()
     trainer.register_hooks([hooks.LRScheduler(optimizer, build_lr_scheduler(cfg, optimizer)),
                             recorder])

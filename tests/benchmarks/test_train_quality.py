@@ -562,3 +562,28 @@ def test_cost_tables_divide_by_the_reference_and_a_cost_estimate_is_recorded(
     assert record["metrics"] == {"median_seconds_per_iteration": medians}
     assert record["run"] == {"kind": "labelenc-cost", "repeats": 3, "reference": cn.RECIPE}
     assert record["command"] == "python -m benchmarks.train_quality --labelenc-cost 3"
+
+
+@pytest.mark.parametrize("amp", [False, True])
+def test_the_protocol_trains_in_bf16_autocast_with_amp_as_train_net_does(amp, dataset,
+                                                                        monkeypatch):
+    from detectron2.data import DatasetCatalog
+
+    from fcos_d2.data import register_coco_dataset
+    from fcos_d2.engine import amp as amp_module
+
+    name = "train_quality_amp_toy"  # conftest's 4 synthetic-shapes images
+    if name not in DatasetCatalog.list():
+        register_coco_dataset(name, str(dataset / "annotations.json"), str(dataset / "images"))
+    precisions = []
+    replacing = amp_module.CPUAMPTrainer.replacing.__func__
+    monkeypatch.setattr(amp_module.CPUAMPTrainer, "replacing", classmethod(
+        lambda cls, trainer, precision: precisions.append(precision) or
+        replacing(cls, trainer, precision)))
+    cfg = protocol.setup_cfg(0, "unused", opts=[
+        "DATASETS.TRAIN", (name,), "DATASETS.TEST", (name,), "SOLVER.MAX_ITER", 1,
+        "SOLVER.IMS_PER_BATCH", 2, "MODEL.FPN.OUT_CHANNELS", 32, "MODEL.FCOS.NUM_CONVS", 1,
+        "SOLVER.AMP.ENABLED", amp, "MODEL.FCOS.CPU_BF16", "always"])
+    _, record = protocol.train(catalog.contender("fcos-d2 recipe").build, cfg, 0)
+    assert record["status"] == "ok" and record["iterations"] == 1
+    assert precisions == ([torch.bfloat16] if amp else [])
