@@ -100,8 +100,11 @@ def format_breakdowns(rows: List[Tuple[str, Dict]]) -> str:
     found and named."""
     lines = ["| contender | size (px) | objects | AP | AP50 | AP75 | AR@100 | AP class-agnostic "
              "| found | named |", "| --- " * 10 + "|"]
+    from fcos_d2.evaluation.detection_errors import SIZE_BINS
+
     for label, metrics in rows:
-        for size, coco in metrics["by_size"].items():
+        for size in [name for name, _, _ in SIZE_BINS if name in metrics["by_size"]]:
+            coco = metrics["by_size"][size]
             agnostic = metrics["by_size_agnostic"][size]["AP"]
             counts = metrics["found_named"].get(size, {})
             share = (lambda v: "-" if v is None else f"{100 * v:.1f}%")

@@ -231,6 +231,23 @@ def costs_table(numbered: Numbered) -> List[str]:
                    "repeats", "commit", "CPU", "record"], rows)
 
 
+def size_breakdown_table(numbered: Numbered) -> List[str]:
+    """Per record (a trained run): per size bin, COCO AP / AP50 / AP75 / AR@100, the
+    class-agnostic AP, and the shares of objects found and named; then each record's
+    provenance."""
+    from benchmarks.size_breakdown import format_breakdowns
+
+    rows = [(f"{r['run']['contender']} (seed {r['seed']}, {r['run'].get('iterations')} it, "
+             f"record {line})", r["metrics"]) for line, r in numbered]
+    provenance = _table(["record", "contender", "regime", "overrides", "trained AP", "commit",
+                         "CPU"],
+                        [[line, r["run"]["contender"], r["run"].get("regime", "shapes"),
+                          " ".join(r["overrides"]) or "none",
+                          f"{score(r['run'].get('trained_AP')):.1f}",
+                          *_provenance([(line, r)])[:2]] for line, r in numbered])
+    return format_breakdowns(rows).splitlines() + [""] + provenance
+
+
 def generic_table(numbered: Numbered) -> List[str]:
     """One row per record: its seed, overrides, metrics and times as JSON."""
     return _table(["seed", "overrides", "metrics", "times", "commit", "CPU", "record"],
@@ -249,6 +266,8 @@ TABLES: Dict[str, Tuple[str, Callable[[Numbered], List[str]]]] = {
                             "--labelenc-cost / --regime-cost)", costs_table),
     "epochs": ("AP against epochs of the small-data recipe (python -m benchmarks.epochs)",
                epochs_table),
+    "size_breakdown": ("Where the AP goes, by object size (python -m benchmarks.size_breakdown)",
+                       size_breakdown_table),
 }
 
 
