@@ -12,8 +12,11 @@ as it was trained, scores it on the regime's validation images and writes a reco
   (``fcos_d2.evaluation.detection_errors``);
 - the confusion matrix of those detections.
 
-    python -m benchmarks.size_breakdown --output output/train_quality \\
-        --runs "fcos-d2 recipe:0" "detectron2 faster-rcnn:0" [--regime shapes]
+    python -m benchmarks.size_breakdown --run output/train_quality "fcos-d2 recipe:0" \\
+        --run output/train_quality "detectron2 faster-rcnn:0" [--regime shapes]
+
+The models of one command are timed side by side (batch 1, one thread, taking turns image
+by image), so their ms per image share the load; the records say with which.
 """
 import argparse
 import json
@@ -47,7 +50,8 @@ def run_result(output: Path, name: str, seed: int) -> dict:
 
 
 def detections_of(name: str, seed: int, output: Path, regime: str, opts: List[str]):
-    """(ground-truth COCO dict, COCO results list, config) of the run's stored weights."""
+    """(ground-truth COCO dict, COCO results list, config, model in eval mode) of the run's
+    stored weights."""
     import torch
     from detectron2.data import MetadataCatalog, build_detection_test_loader
     from detectron2.evaluation import COCOEvaluator, inference_on_dataset
@@ -73,7 +77,19 @@ def detections_of(name: str, seed: int, output: Path, regime: str, opts: List[st
         inference_on_dataset(model, build_detection_test_loader(cfg, val_name), evaluator)
     gt = json.loads(Path(MetadataCatalog.get(val_name).json_file).read_text())
     detections = json.loads((folder / "coco_instances_results.json").read_text())
-    return gt, detections, cfg
+    return gt, detections, cfg, model
+
+
+def first_images(cfg, count: int) -> List:
+    """The first `count` validation images as the models read them (C, H, W tensors)."""
+    from detectron2.data import build_detection_test_loader
+
+    images = []
+    for batch in build_detection_test_loader(cfg, cfg.DATASETS.TEST[0]):
+        if len(images) >= count:
+            break
+        images.append(batch[0]["image"])
+    return images
 
 
 def breakdown(gt: dict, detections: List[dict]) -> Dict:
@@ -115,30 +131,60 @@ def format_breakdowns(rows: List[Tuple[str, Dict]]) -> str:
     return "\n".join(lines)
 
 
+def latencies(models: List, images: List, rounds: int = 5) -> List[float]:
+    """Median ms per image of each model (eval mode, batch 1) over `images`, the models
+    taking turns image by image so that they share the same load."""
+    import time
+
+    import torch
+
+    times = [[] for _ in models]
+    with torch.no_grad():
+        for model in models:  # warm-up
+            model([{"image": images[0]}])
+        for _ in range(rounds):
+            for image in images:
+                for i, model in enumerate(models):
+                    start = time.perf_counter()
+                    model([{"image": image}])
+                    times[i].append(1000.0 * (time.perf_counter() - start))
+    return [sorted(t)[len(t) // 2] for t in times]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--output", required=True, type=Path,
-                        help="the train_quality --output that holds the runs")
-    parser.add_argument("--runs", nargs="+", type=parse_run, required=True, metavar="NAME:SEED")
+    parser.add_argument("--run", nargs=2, action="append", required=True,
+                        metavar=("OUTPUT", "NAME:SEED"),
+                        help="a train_quality --output and a run in it (repeatable)")
     parser.add_argument("--regime", default="shapes")
+    parser.add_argument("--latency-images", type=int, default=20,
+                        help="validation images timed per model (batch 1, one thread, the "
+                             "models taking turns); 0: no timing")
     args = parser.parse_args(argv)
     import fcos_d2  # noqa: F401  (before detectron2)
 
-    rows = []
-    for name, seed in args.runs:
-        result = run_result(args.output, name, seed)
+    measured = []
+    for output, run in args.run:
+        (name, seed), output = parse_run(run), Path(output)
+        result = run_result(output, name, seed)
         opts = list(result.get("opts", []))
-        gt, detections, _ = detections_of(name, seed, args.output, args.regime, opts)
-        metrics = breakdown(gt, detections)
+        gt, detections, cfg, model = detections_of(name, seed, output, args.regime, opts)
+        measured.append((name, seed, result, opts, breakdown(gt, detections), cfg, model,
+                         output))
+    images = first_images(measured[0][5], args.latency_images)
+    ms = latencies([m[6] for m in measured], images) if images else [None] * len(measured)
+    command = shlex.join(["python", "-m", "benchmarks.size_breakdown",
+                          *(argv if argv is not None else sys.argv[1:])])
+    rows = []
+    for (name, seed, result, opts, metrics, _, _, output), latency in zip(measured, ms):
         record = records.make_record(
-            BENCHMARK, command=shlex.join(["python", "-m", "benchmarks.size_breakdown",
-                                           *(argv if argv is not None else sys.argv[1:])]),
-            seed=seed, overrides=opts, metrics=metrics,
-            times={"train_seconds": result.get("train_seconds")},
-            run={"contender": name, "regime": args.regime, "weights_from": str(args.output),
-                 "iterations": result.get("iterations"), "trained_AP": result.get("AP")})
+            BENCHMARK, command=command, seed=seed, overrides=opts, metrics=metrics,
+            times={"train_seconds": result.get("train_seconds"), "ms_per_image": latency},
+            run={"contender": name, "regime": args.regime, "weights_from": str(output),
+                 "iterations": result.get("iterations"), "trained_AP": result.get("AP"),
+                 "latency_side_by_side_with": [f"{n}:{s}" for n, s, *_ in measured]})
         records.append_record(record)
-        rows.append((f"{name} (seed {seed})", metrics))
+        rows.append((f"{name} (seed {seed}, {latency and round(latency, 1)} ms/image)", metrics))
     print(format_breakdowns(rows))
     return 0
 

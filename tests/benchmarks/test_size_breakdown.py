@@ -37,3 +37,14 @@ def test_runs_are_name_colon_seed():
     assert parse_run("fcos-d2 recipe:2") == ("fcos-d2 recipe", 2)
     with pytest.raises(argparse.ArgumentTypeError, match="NAME:SEED"):
         parse_run("fcos-d2 recipe")
+
+
+def test_latencies_time_the_models_in_turn_image_by_image():
+    from benchmarks.size_breakdown import latencies
+
+    calls = []
+    models = [lambda inputs, k=k: calls.append((k, int(inputs[0]["image"]))) for k in "ab"]
+    ms = latencies(models, [1, 2], rounds=2)
+    assert len(ms) == 2 and all(m >= 0 for m in ms)
+    # a warm-up call each, then per image: a, b
+    assert calls == [("a", 1), ("b", 1)] + [("a", 1), ("b", 1), ("a", 2), ("b", 2)] * 2
