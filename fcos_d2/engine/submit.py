@@ -32,14 +32,20 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-import submitit
 import torch
+
+try:
+    import submitit
+except ImportError as error:  # a clear message instead of a bare ModuleNotFoundError
+    raise ImportError("python -m fcos_d2.submit needs submitit (pinned in requirements.txt: "
+                      "pip install -r requirements.txt); without it, submit with "
+                      "tools/slurm/train.sbatch (docs/cluster.md)") from error
 
 from .preemption import PREEMPTED_EXIT_CODE, handle_outside_training, received_signal
 from .slurm import job_port
 
-__all__ = ["SubmitOptions", "TrainingJob", "executor_parameters", "rendezvous_environment",
-           "submit", "submit_argument_parser"]
+__all__ = ["SubmitOptions", "TrainingJob", "check_training_argv", "executor_parameters",
+           "rendezvous_environment", "submit", "submit_argument_parser", "training_entry_point"]
 
 # Flags of train_net.py that the job's size sets; given with fcos_d2.submit, they would
 # contradict it.
@@ -145,10 +151,15 @@ class TrainingJob:
         if not torch.cuda.is_available() and "OMP_NUM_THREADS" not in os.environ:
             local_workers = int(os.environ["LOCAL_WORLD_SIZE"])  # share the cores, as torchrun
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_workers))
-        parser, main, launch_from_args = _entry_point(self.argv)
+        parser, main, launch_from_args = training_entry_point(self.argv)
         args = parser.parse_args(self.argv)
-        requeue_signal = env._usr_sig()  # USR2 unless SUBMITIT_PREEMPT_SIGNAL says otherwise
-        requeue = signal.getsignal(requeue_signal)  # submitit's: checkpoint() and requeue
+        # USR2 unless SUBMITIT_PREEMPT_SIGNAL says otherwise; submitit's handler of it
+        # calls checkpoint() and requeues
+        requeue_signal = signal.Signals["SIG" + env.USR_SIG]
+        requeue = signal.getsignal(requeue_signal)
+        if not callable(requeue):
+            raise RuntimeError(f"TrainingJob runs inside a submitit job: {requeue_signal.name} "
+                               "has no submitit handler here")
         args.preemption_signals = [*args.preemption_signals, requeue_signal.name]
         handle_outside_training(requeue_signal, requeue)
         try:
@@ -164,7 +175,8 @@ class TrainingJob:
         return submitit.helpers.DelayedSubmission(TrainingJob(with_resume(self.argv), self.cwd))
 
 
-def _entry_point(argv: Sequence[str]) -> Tuple[argparse.ArgumentParser, Callable, Callable]:
+def training_entry_point(
+        argv: Sequence[str]) -> Tuple[argparse.ArgumentParser, Callable, Callable]:
     """(parser, main, launch_from_args) of train_net.py, or of tools/lazyconfig_train_net.py
     for a ``.py`` config."""
     from .launch import add_launcher_arguments, launch_from_args
@@ -202,7 +214,7 @@ def check_training_argv(argv: Sequence[str]) -> None:
                              "--gpus-per-node, --local); leave it out")
     if not _config_file(argv):
         raise SystemExit("fcos_d2.submit: give the training's --config-file")
-    parser, _, _ = _entry_point(argv)
+    parser, _, _ = training_entry_point(argv)
     parser.parse_args(argv)  # exits with argparse's message on a bad flag
 
 

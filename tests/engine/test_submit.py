@@ -21,7 +21,7 @@ submitit = pytest.importorskip("submitit", reason="submitit is in requirements.t
 
 from fcos_d2.engine.submit import (SubmitOptions, TrainingJob, check_training_argv,  # noqa: E402
                                    executor_parameters, rendezvous_environment, submit,
-                                   submit_argument_parser)
+                                   submit_argument_parser, training_entry_point)
 from test_training_faults import REPO, TINY, max_weight_difference  # noqa: E402
 
 # 12 iterations; periodic checkpoints after iterations 1, 3, ... (so the signal below lands
@@ -49,7 +49,8 @@ def task_pids(controller: int):
     return found
 
 
-def wait_for(path: Path, job, seconds: float = 120.0) -> None:
+def wait_for(path: Path, job, seconds: float = 900.0) -> None:
+    """Waits for ``path``; a hang guard only (the jobs start slowly on a loaded machine)."""
     deadline = time.time() + seconds
     while not path.exists():
         assert job.state == "RUNNING", f"the job ended before {path.name} was written"
@@ -68,15 +69,21 @@ def jobs(dataset, tmp_path_factory):
     saved = {key: os.environ.get(key) for key in [*environ, "MASTER_PORT"]}
     os.environ.update(environ)
     os.environ.pop("MASTER_PORT", None)
+    jobs = []
     try:
-        options = SubmitOptions(local=2, timeout=10, job_dir=str(root / "submitit"))
-        whole = submit(options, training_argv(dataset, root / "whole"))
-        requeued = submit(options, training_argv(dataset, root / "requeued", "--skip-test"))
+        options = SubmitOptions(local=2, timeout=30, job_dir=str(root / "submitit"))
+        jobs.append(submit(options, training_argv(dataset, root / "whole")))
+        jobs.append(submit(options, training_argv(dataset, root / "requeued", "--skip-test")))
+        whole, requeued = jobs
         wait_for(root / "requeued" / "model_0000001.pth", requeued)
         for pid in task_pids(int(requeued.job_id)):  # as SLURM and submitit signal every task
             os.kill(pid, signal.SIGUSR2)
         for job in (whole, requeued):
             job.results()  # raises with the failed task's traceback
+    except BaseException:
+        for job in jobs:  # no job left running: its controller ends its tasks
+            job.cancel(check=False)
+        raise
     finally:
         os.chdir(previous)
         for key, value in saved.items():
@@ -132,7 +139,7 @@ def test_a_two_node_eight_gpu_request_becomes_this_sbatch_file(tmp_path):
     sbatch = _make_sbatch_string(command="python -u -m submitit.core._submit /jobs",
                                  folder=str(tmp_path), **parameters)
     for line in ("--nodes=2", "--ntasks-per-node=8", "--gpus-per-node=8", "--partition=gpu",
-                 "--time=2880", "--comment=fcos r50", "--signal=USR2@120", "--cpus-per-task=8"):
+                 "--time=2880", "--comment='fcos r50'", "--signal=USR2@120", "--cpus-per-task=8"):
         assert f"#SBATCH {line}" in sbatch, sbatch
 
 
@@ -161,3 +168,12 @@ def test_flags_that_the_jobs_size_sets_are_refused_naming_them():
         check_training_argv(["--config-file", "configs/quickstart.yaml", "--num-gpus", "4"])
     with pytest.raises(SystemExit, match="give the training's --config-file"):
         check_training_argv(["SOLVER.MAX_ITER", "2"])
+
+
+def test_a_python_config_runs_the_lazyconfig_tool_and_a_yaml_one_train_net():
+    lazy = ["--config-file", "configs/lazy/quickstart.py", "train.max_iter=2"]
+    parser, main, _ = training_entry_point(lazy)
+    assert main.__module__ == "lazyconfig_train_net"
+    assert parser.parse_args(lazy).opts == ["train.max_iter=2"]
+    parser, main, _ = training_entry_point(["--config-file=configs/quickstart.yaml"])
+    assert main.__module__ == "fcos_d2.engine.trainer"
