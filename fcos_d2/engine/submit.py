@@ -215,6 +215,7 @@ def check_training_argv(argv: Sequence[str]) -> None:
     if not _config_file(argv):
         raise SystemExit("fcos_d2.submit: give the training's --config-file")
     parser, _, _ = training_entry_point(argv)
+    parser.prog = "python -m fcos_d2.submit: the training's arguments"
     parser.parse_args(argv)  # exits with argparse's message on a bad flag
 
 
