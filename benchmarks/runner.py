@@ -60,8 +60,13 @@ def run_all(todo: List[Tuple[str, int]], jobs: int, output: Path, opts: Sequence
             can_start: Optional[CanStart] = None) -> None:
     """Runs each (name, seed) of `todo` in a child process, `jobs` at a time: ``command
     --run NAME --seed SEED --output OUTPUT EXTRA_ARGS OPTS``, its output going to
-    ``OUTPUT/log-<name>-<seed>.txt``. `todo` is consumed."""
+    ``OUTPUT/log-<name>-<seed>.txt``. `todo` is consumed. Each finished run prints the runs
+    done and to go and the ETA; between them, ``fcos_d2.progress`` shows a bar on a
+    terminal, or a line a minute in a log."""
+    from fcos_d2.progress import Progress
+
     env, running = child_environment(), []
+    progress = Progress(len(todo), "benchmark runs", "runs")
     while todo or running:
         while len(running) < jobs and next_ready(todo, running, can_start) is not None:
             name, seed = todo.pop(next_ready(todo, running, can_start))
@@ -76,9 +81,21 @@ def run_all(todo: List[Tuple[str, int]], jobs: int, output: Path, opts: Sequence
             name, seed, process, started = item
             if process.poll() is not None:
                 running.remove(item)
+                progress.update(1)
                 print(f"finished {name} seed {seed}: exit {process.returncode}, "
-                      f"{time.time() - started:.0f} s", flush=True)
+                      f"{time.time() - started:.0f} s; {_runs_left(progress)}", flush=True)
+        progress.update(0)  # a line a minute in a log while the runs go on
         time.sleep(1)
+    progress.close()
+
+
+def _runs_left(progress) -> str:
+    """``"2 runs done, 3 to go, ETA 4 min 10 s"``."""
+    from fcos_d2.progress import format_seconds
+
+    eta = progress.eta_seconds()
+    return (f"{progress.done} runs done, {progress.total - progress.done} to go"
+            + ("" if eta is None else f", ETA {format_seconds(eta)}"))
 
 
 def loss_recorder():

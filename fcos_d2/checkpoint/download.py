@@ -25,8 +25,8 @@ from urllib.parse import urlparse
 
 from detectron2.utils.file_io import Detectron2Handler
 from iopath.common.file_io import file_lock
-from tqdm import tqdm
 
+from ..progress import Progress
 from . import published
 from .atomic import atomic_write
 
@@ -180,15 +180,15 @@ def _download(url: str, target: str, *, progress: bool) -> None:
     logger.info(f"Downloading {url} to {target}")
     try:
         with urllib.request.urlopen(url, timeout=60) as response:
-            total = int(response.headers.get("Content-Length") or 0) or None
-            with tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024,
-                      desc=os.path.basename(target), disable=not progress) as bar:
+            total = int(response.headers.get("Content-Length") or 0)  # 0: not said
+            with Progress(total, f"downloading {os.path.basename(target)}", "B",
+                          enabled=progress) as bar:  # a bar, or a line a minute in a log
                 atomic_write(target, lambda f: _copy(response, f, bar))
     except OSError as error:  # URLError, HTTPError and socket errors are OSErrors
         raise OSError(f"weights URL {url}: download failed: {error}") from error
 
 
-def _copy(source: BinaryIO, target: BinaryIO, bar: tqdm) -> None:
+def _copy(source: BinaryIO, target: BinaryIO, bar: Progress) -> None:
     for chunk in iter(lambda: source.read(_CHUNK), b""):
         target.write(chunk)
         bar.update(len(chunk))

@@ -50,6 +50,7 @@ from PIL import Image, ImageDraw
 from detectron2.data import DatasetCatalog, MetadataCatalog
 from detectron2.data.datasets import load_coco_json
 
+from ..progress import Progress
 from .masks import mask_to_rle
 
 try:  # POSIX; elsewhere splits are still renamed into place, only without a lock
@@ -246,7 +247,8 @@ def render_image(*, seed: int, index: int) -> Tuple[np.ndarray, List[SceneObject
     return np.clip(np.rint(canvas), 0, 255).astype(np.uint8), objects
 
 
-def write_split(out_dir: Path, *, split: str, num_images: int, masks: bool = False) -> None:
+def write_split(out_dir: Path, *, split: str, num_images: int, masks: bool = False,
+                progress: bool = False) -> None:
     """Renders the first images of a split into a folder, not atomically (see
     ``ensure_synthetic_shapes``).
 
@@ -255,14 +257,18 @@ def write_split(out_dir: Path, *, split: str, num_images: int, masks: bool = Fal
         split: "train" or "val"; it chooses the seed.
         num_images: how many images; image ``i`` gets image id ``i + 1``.
         masks: also write each object's visible pixels as an RLE "segmentation".
+        progress: report the images done and the ETA (``fcos_d2.progress``).
     """
     images_dir = Path(out_dir) / IMAGES_FOLDER
     images_dir.mkdir(parents=True, exist_ok=True)
     images, annotations = [], []
+    bar = Progress(num_images, f"synthetic shapes{' with masks' if masks else ''}, {split} "
+                   "split: generating (first use)", "images", enabled=progress)
     for index in range(num_images):
         pixels, objects = render_image(seed=SPLIT_SEEDS[split], index=index)
         image_id, file_name = index + 1, f"{index:06d}.png"
         Image.fromarray(pixels).save(images_dir / file_name, compress_level=1)
+        bar.update(1)
         images.append({"id": image_id, "file_name": file_name,
                        "height": IMAGE_SIZE, "width": IMAGE_SIZE})
         for obj in objects:
@@ -284,6 +290,7 @@ def write_split(out_dir: Path, *, split: str, num_images: int, masks: bool = Fal
     }
     with open(Path(out_dir) / ANNOTATIONS_FILE, "w") as f:
         json.dump(coco, f)
+    bar.close()
 
 
 def ensure_synthetic_shapes(split: str, *, root: Optional[Path] = None,
@@ -326,7 +333,7 @@ def _write_atomically(split_dir: Path, *, split: str, num_images: int, masks: bo
     temporary = split_dir.parent / f".{split_dir.name}.tmp-{os.getpid()}-{uuid.uuid4().hex}"
     temporary.mkdir()
     try:
-        write_split(temporary, split=split, num_images=num_images, masks=masks)
+        write_split(temporary, split=split, num_images=num_images, masks=masks, progress=True)
         os.rename(temporary, split_dir)
     except BaseException as error:
         shutil.rmtree(temporary, ignore_errors=True)

@@ -36,6 +36,7 @@ from PIL import Image, ImageDraw
 from detectron2.data import DatasetCatalog, MetadataCatalog
 from detectron2.data.datasets import load_coco_json
 
+from ..progress import Progress
 from .synthetic import (ANNOTATIONS_FILE, CACHE_ENV, IMAGES_FOLDER, exclusive_lock,
                         pick_color, tight_box)
 
@@ -193,16 +194,21 @@ def render_thin_image(*, seed: int, index: int) -> Tuple[np.ndarray, List[Tuple[
     return pixels, [(obj.class_index, obj.visible) for obj in objects]
 
 
-def write_thin_split(out_dir: Path, *, split: str, num_images: int) -> None:
+def write_thin_split(out_dir: Path, *, split: str, num_images: int,
+                     progress: bool = False) -> None:
     """Renders the first `num_images` images of `split` into `out_dir` (``images/`` and
-    COCO ``annotations.json``), not atomically (see ``ensure_synthetic_thin``)."""
+    COCO ``annotations.json``), not atomically (see ``ensure_synthetic_thin``); with
+    ``progress``, reports the images done and the ETA (``fcos_d2.progress``)."""
     images_dir = Path(out_dir) / IMAGES_FOLDER
     images_dir.mkdir(parents=True, exist_ok=True)
     images, annotations = [], []
+    bar = Progress(num_images, f"synthetic thin shapes, {split} split: generating (first use)",
+                   "images", enabled=progress)
     for index in range(num_images):
         pixels, objects = render_thin_image(seed=SPLIT_SEEDS[split], index=index)
         image_id, file_name = index + 1, f"{index:06d}.png"
         Image.fromarray(pixels).save(images_dir / file_name, compress_level=1)
+        bar.update(1)
         images.append({"id": image_id, "file_name": file_name,
                        "height": pixels.shape[0], "width": pixels.shape[1]})
         for class_index, visible in objects:
@@ -216,6 +222,7 @@ def write_thin_split(out_dir: Path, *, split: str, num_images: int) -> None:
                            for i, name in enumerate(CLASS_NAMES)]}
     with open(Path(out_dir) / ANNOTATIONS_FILE, "w") as f:
         json.dump(coco, f)
+    bar.close()
 
 
 def thin_cache_root() -> Path:
@@ -242,7 +249,7 @@ def ensure_synthetic_thin(split: str, *, root: Optional[Path] = None,
             return split_dir
         temporary = root / f".{split_dir.name}.tmp-{os.getpid()}-{uuid.uuid4().hex}"
         try:
-            write_thin_split(temporary, split=split, num_images=count)
+            write_thin_split(temporary, split=split, num_images=count, progress=True)
             os.rename(temporary, split_dir)
         finally:
             shutil.rmtree(temporary, ignore_errors=True)

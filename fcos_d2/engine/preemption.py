@@ -16,7 +16,9 @@ from that checkpoint exactly.
 Further signals while the iteration finishes or the checkpoint is written are logged and
 ignored, so they cannot cut the save short (SIGKILL still can; the save is atomic, and the
 previous checkpoint stays). Outside the training loop (setup, ``--eval-only``, the final
-evaluation) a preemption signal has its default effect: the process ends at once.
+evaluation) a preemption signal has its default effect: the process ends at once, unless
+``handle_outside_training`` gave it a handler there (``fcos_d2.submit`` gives submitit's
+requeue).
 
 A process that spawned the workers (``launch`` with several workers per machine) passes
 the signal on to them and waits for them to exit.
@@ -36,15 +38,17 @@ from detectron2.utils import comm
 from .final_checkpoint import FINAL_CHECKPOINT, UnverifiedCheckpointError, checkpoint_problem
 
 __all__ = ["PREEMPTED_EXIT_CODE", "Preempted", "SaveOnPreemption", "forward_signals_to_children",
-           "install_preemption_handlers", "parse_signals"]
+           "handle_outside_training", "install_preemption_handlers", "parse_signals",
+           "received_signal"]
 
 logger = logging.getLogger(__name__)
 
 PREEMPTED_EXIT_CODE = 75  # sysexits.h EX_TEMPFAIL: a temporary failure, run again
 
 # Process-wide, as signals are: the name of the first preemption signal received, and
-# whether a SaveOnPreemption hook is running the loop (else a signal ends the process).
-_state: Dict[str, Any] = {"requested": None, "listening": False}
+# whether a SaveOnPreemption hook is running the loop (else a signal ends the process, or
+# goes to its handler in "outside": signal number -> handler).
+_state: Dict[str, Any] = {"requested": None, "listening": False, "outside": {}}
 
 
 class Preempted(SystemExit):
@@ -74,8 +78,22 @@ def install_preemption_handlers(signals: Sequence[int]) -> None:
         signal.signal(number, _on_preemption_signal)
 
 
+def handle_outside_training(number: int, handler: Callable[[int, Any], None]) -> None:
+    """Makes the preemption signal ``number`` call ``handler(number, frame)`` when it
+    arrives outside the training loop (setup, evaluation), instead of ending the process."""
+    _state["outside"][number] = handler
+
+
+def received_signal() -> Optional[str]:
+    """The name of the first preemption signal this process received, or None."""
+    return _state["requested"]
+
+
 def _on_preemption_signal(number: int, frame) -> None:
     name = signal.Signals(number).name
+    if not _state["listening"] and number in _state["outside"]:
+        _state["outside"][number](number, frame)
+        return
     if not _state["listening"]:  # no training loop to finish: the default effect
         signal.signal(number, signal.SIG_DFL)
         os.kill(os.getpid(), number)

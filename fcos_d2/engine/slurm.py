@@ -24,10 +24,20 @@ import itertools
 import re
 from typing import Dict, List, Mapping, Optional, Sequence
 
-__all__ = ["SlurmError", "apply_slurm_environment", "expand_nodelist", "slurm_launch_settings"]
+__all__ = ["SlurmError", "apply_slurm_environment", "expand_nodelist", "job_port",
+           "slurm_launch_settings"]
 
 # SLURM_JOB_ID -> port: a range above the usual services and below the ephemeral ports.
 _PORT_BASE, _PORT_RANGE = 15000, 20000
+
+
+def job_port(job_id: str) -> int:
+    """The rendezvous port of a job: the same on every node of it and after a requeue (a
+    requeued job keeps its id). ``"4242"`` -> 19242; an array job's ``"4242_3"`` -> 19242."""
+    digits = re.match(r"\d+", job_id)
+    if digits is None:
+        raise SlurmError(f"job id {job_id!r} does not start with a number; set MASTER_PORT")
+    return _PORT_BASE + int(digits.group()) % _PORT_RANGE
 
 
 class SlurmError(ValueError):
@@ -108,7 +118,7 @@ def slurm_launch_settings(environ: Mapping[str, str]) -> Optional[Dict[str, obje
     if "MASTER_PORT" in environ:
         port = _integer(environ, "MASTER_PORT")
     else:
-        port = _PORT_BASE + _integer(environ, "SLURM_JOB_ID") % _PORT_RANGE
+        port = job_port(str(_integer(environ, "SLURM_JOB_ID")))
     settings: Dict[str, object] = {
         "num_machines": nodes, "machine_rank": _integer(environ, "SLURM_NODEID"),
         "dist_url": f"tcp://{expand_nodelist(nodelist)[0]}:{port}"}

@@ -41,6 +41,7 @@ from detectron2.utils.logger import setup_logger
 
 from ...config import add_fcos_config
 from ...data import FCOSDatasetMapper, prepare_dataset
+from ...progress import Progress
 from .architect import architecture_step, weight_step
 from .config import search_options
 from .genotypes import PRIMITIVES, write_genotype_file
@@ -230,16 +231,22 @@ class Search:
         solver, period = self.cfg.SOLVER, self.options["genotype_period"]
         wall, cpu = time.perf_counter(), time.process_time()
         storage = EventStorage(self.start_iter)  # the model may put diagnostics there
+        progress = Progress(solver.MAX_ITER, "FAD search", "iterations",
+                            initial=self.start_iter, enabled=comm.is_main_process())
+        lowest = float("inf")
         for iteration in range(self.start_iter, solver.MAX_ITER):
             storage.iter = iteration
             with storage:
                 metrics = self.step(iteration)
+            lowest = min(lowest, metrics["loss"])
+            progress.update(1, loss=f"{metrics['loss']:.4f}", lowest_loss=f"{lowest:.4f}")
             if (iteration + 1) % period == 0 or iteration == solver.MAX_ITER - 1:
                 self.record(iteration + 1)
                 logger.info(f"iteration {iteration + 1}/{solver.MAX_ITER}: loss "
                             f"{metrics['loss']:.4f}, lr {metrics['lr']:.5f}")
             if (iteration + 1) % solver.CHECKPOINT_PERIOD == 0 or iteration == solver.MAX_ITER - 1:
                 self.save(iteration + 1)
+        progress.close()
         summary = {"iterations": solver.MAX_ITER - self.start_iter,
                    "wall_seconds": time.perf_counter() - wall,
                    "cpu_seconds": time.process_time() - cpu,

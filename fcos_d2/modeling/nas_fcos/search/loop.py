@@ -20,6 +20,7 @@ from typing import Dict, List, Tuple
 import torch
 from detectron2.utils import comm
 
+from ....progress import Progress
 from ..genotypes import HeadGenotype, parse_fpn_genotype, parse_head_genotype
 from .controller import (PPO, Controller, fpn_decisions, fpn_from_actions, head_decisions,
                          head_from_actions, sample_uniform, sample_valid)
@@ -58,7 +59,8 @@ def _share_controller(ppo: PPO) -> None:
 
 
 def _phase(name: str, samples: int, controller: Controller, ppo: PPO, decode, proxy: ProxyTask,
-           state: Dict, folder: Path, random_search: bool, reward_of) -> None:
+           state: Dict, folder: Path, random_search: bool, reward_of,
+           progress: Progress) -> None:
     done = sum(r["phase"] == name for r in state["records"])
     generator = torch.Generator().manual_seed(state["seed"] * 1000 + done)
     world, rank = comm.get_world_size(), comm.get_rank()
@@ -81,6 +83,13 @@ def _phase(name: str, samples: int, controller: Controller, ppo: PPO, decode, pr
         if comm.is_main_process():
             save_state(state, folder)
         done += len(drawn)
+        progress.update(len(drawn), best=_best_so_far(state["records"], name))
+
+
+def _best_so_far(records: List[Dict], phase: str) -> str:
+    """The best reward of ``phase`` so far, and its sample, for the progress line."""
+    record = best(records, phase)
+    return f"{record['reward']:.4f} ({phase} sample {record['sample']})"
 
 
 def genotype_config(genotype) -> Dict:
@@ -113,9 +122,12 @@ def run_search(proxy: ProxyTask, folder: Path, *, fpn_samples: int, head_samples
         logger.info("resuming the search after %d samples", len(state["records"]))
     node = proxy.cfg.MODEL.NAS_FCOS
     config_head = parse_head_genotype(node.HEAD_GENOTYPE, node.HEAD_SHARE_INDEX)
-    _phase("fpn", fpn_samples, fpn_ctrl, fpn_ppo, fpn_from_actions, proxy, state, folder,
-           random_search, lambda g, i: proxy.reward(g, config_head, seed=i))
-    best_fpn = parse_fpn_genotype(best(state["records"], "fpn")["genotype"]["FPN_GENOTYPE"])
-    _phase("head", head_samples, head_ctrl, head_ppo, head_from_actions, proxy, state, folder,
-           random_search, lambda g, i: proxy.reward(best_fpn, g, seed=i))
+    with Progress(fpn_samples + head_samples, "NAS-FCOS search", "samples",
+                  initial=min(len(state["records"]), fpn_samples + head_samples),
+                  enabled=comm.is_main_process()) as progress:
+        _phase("fpn", fpn_samples, fpn_ctrl, fpn_ppo, fpn_from_actions, proxy, state, folder,
+               random_search, lambda g, i: proxy.reward(g, config_head, seed=i), progress)
+        best_fpn = parse_fpn_genotype(best(state["records"], "fpn")["genotype"]["FPN_GENOTYPE"])
+        _phase("head", head_samples, head_ctrl, head_ppo, head_from_actions, proxy, state,
+               folder, random_search, lambda g, i: proxy.reward(best_fpn, g, seed=i), progress)
     return state["records"]
