@@ -104,3 +104,19 @@ def test_a_demo_image_on_amx_runs_eager_bf16_without_compiling(monkeypatch, capl
     assert lines == [lines[0]] and "auto: eager bfloat16" in lines[0]
     assert model.inference_copy.of(model).backend_runner is None  # nothing compiled
     assert len(scores) > 0 and scores.dtype == torch.float32
+
+
+def test_evaluation_tells_auto_the_test_images_per_worker(dataset, monkeypatch):
+    from detectron2.config import get_cfg
+    from detectron2.utils import comm
+
+    from fcos_d2.data.register import register_coco_dataset
+    from fcos_d2.engine.trainer import test_images_per_worker
+
+    register_coco_dataset("backend_choice_tiny_val", str(dataset / "annotations.json"),
+                          str(dataset / "images"))
+    cfg = get_cfg()
+    cfg.DATASETS.TEST = ("backend_choice_tiny_val", "backend_choice_tiny_val")
+    assert test_images_per_worker(cfg) == 8  # 4 images, twice
+    monkeypatch.setattr(comm, "get_world_size", lambda: 3)
+    assert test_images_per_worker(cfg) == 2
