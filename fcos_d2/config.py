@@ -234,8 +234,8 @@ def add_fcos_config(cfg: CN) -> None:
     # Where compiled backends keep inductor's caches, so a compile is paid once per machine;
     # "": $FCOS_D2_CACHE_DIR, else ~/.cache/fcos_d2 (fcos_d2/modeling/compile_cache.py).
     _C.COMPILE_CACHE_DIR = ""
-    # Compiled backends pad each side up to a ladder of this many sizes per octave, so mixed
-    # image sizes compile a few graphs (at most 1/N more pixels per side); 0: exact sizes.
+    # Compiled backends pad a new input size (after the first) up to a ladder of this many
+    # sizes per octave, so mixed sizes compile a few graphs (<= 1/N more per side); 0: exact.
     _C.INFERENCE_SIZE_BUCKETS = 8
     # bf16_compiled folds the weights into the graph as prepacked constants (fastest);
     # False keeps them inputs: new weights need no recompile, the whole compile is cached.

@@ -8,9 +8,10 @@ how long a compile takes, and the padded sizes that share a compiled graph.
   each input shape took to compile. A second process compiling the same structure finds
   inductor's cache and compiles nothing; "auto" reads ``compiles.json`` to know it will.
   The folder can move between machines of the same CPU kind and torch version.
-- Sizes are bucketed: each padded side is rounded up to a ladder of ``steps`` sizes per
-  octave (multiples of the backbone's size divisibility), so that a dataset whose images
-  vary in size compiles a few graphs.
+- Sizes are bucketed: after a process's first input size, a new size runs padded up to its
+  bucket, each side rounded up to a ladder of ``steps`` sizes per octave (multiples of the
+  backbone's size divisibility), so that a dataset whose images vary in size compiles a few
+  graphs, while a model serving one size runs it unpadded (``graph_shape``).
 
 Symbols: H x W the padded batch.
 """
@@ -21,13 +22,14 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Dict, Tuple
+from typing import Collection, Dict, Set, Tuple
 
 import torch
 from torch import nn
 
 __all__ = ["CACHE_ENV", "activate_cache", "bucket_side", "bucketed_size", "cache_root",
-           "compile_estimate", "is_warm", "model_key", "record_compile"]
+           "cached_shapes", "compile_estimate", "graph_shape", "is_warm", "model_key",
+           "record_compile"]
 
 logger = logging.getLogger(__name__)
 CACHE_ENV = "FCOS_D2_CACHE_DIR"
@@ -61,12 +63,13 @@ def activate_cache(root: Path) -> Path:
 
 def model_key(model: nn.Module, backend: str) -> str:
     """The model's structure (class, parameter and buffer names, shapes and dtypes), the
-    backend, torch's version and the CPU's kind, hashed: what a cached compile depends on
-    beyond the input shape. Weight values are not in it: the compiled graphs take them as
-    inputs."""
+    backend and whether it freezes the weights, torch's version and the CPU's kind, hashed:
+    what a cached compile depends on beyond the input shape. Weight values are not in it:
+    inductor's cache keys on their shapes alone."""
     from .backend_choice import cpu_capabilities
     tensors = list(model.named_parameters()) + list(model.named_buffers())
-    parts = [type(model).__name__, backend, torch.__version__, sorted(cpu_capabilities().items())]
+    parts = [type(model).__name__, backend, getattr(model, "compile_freeze", True),
+             torch.__version__, sorted(cpu_capabilities().items())]
     parts += [(name, tuple(t.shape), str(t.dtype)) for name, t in tensors]
     return hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
 
@@ -124,8 +127,27 @@ def bucket_side(side: int, multiple: int, steps: int) -> int:
 
 
 def bucketed_size(height: int, width: int, multiple: int, steps: int) -> Tuple[int, int]:
-    """(H, W) of the compiled graph that runs a batch padded to ``height`` x ``width``."""
+    """(H, W) of the bucket of a batch padded to ``height`` x ``width``."""
     return bucket_side(height, multiple, steps), bucket_side(width, multiple, steps)
+
+
+def cached_shapes(root: Path, key: str) -> Set[Tuple[int, ...]]:
+    """The input shapes at which the model ``key`` was compiled on this machine."""
+    return {tuple(int(x) for x in name.split("x")) for name in _read_index(root).get(key, {})}
+
+
+def graph_shape(exact: Tuple[int, ...], bucket: Tuple[int, ...],
+                compiled_here: Collection[Tuple[int, ...]],
+                cached: Collection[Tuple[int, ...]]) -> Tuple[int, ...]:
+    """The input shape of the graph to run a batch of shape ``exact`` in: one compiled in
+    this process, else one cached on the machine (the exact shape first, then its bucket);
+    else the exact shape for the first shape of the process (a model that serves one size
+    pays no padding), the bucket after it (mixed sizes compile few graphs)."""
+    for shapes in (compiled_here, cached):
+        for shape in (exact, bucket):
+            if shape in shapes:
+                return shape
+    return bucket if compiled_here else exact
 
 
 def log_compile_start(shape: Tuple[int, ...], estimate: Tuple[float, str], folder: Path

@@ -173,17 +173,17 @@ class BackendRunner:
         return list(self._run_int8(model, images.tensor))
 
     def _run_bf16(self, model: nn.Module, tensor: Tensor, freeze: bool) -> List:
-        """The (N, 3, H, W) batch padded with zeros to its bucket, through the graph compiled
-        for that size (compiled and cached on its first call), cropped back."""
+        """The (N, 3, H, W) batch, padded with zeros to its bucket where that is the graph to
+        run (``compile_cache.graph_shape``), through the graph compiled for that size
+        (compiled and cached on its first call), cropped back."""
         height, width = tensor.shape[-2:]
         strides = getattr(model, "strides", None)
-        if strides is not None:
-            multiple = getattr(getattr(model, "backbone", None), "size_divisibility", 0) or 32
-            bucket = compile_cache.bucketed_size(height, width, multiple,
-                                                 getattr(model, "size_buckets", 0))
+        shape = tuple(tensor.shape) if strides is None else \
+            self._graph_shape(model, tuple(tensor.shape))
+        if shape[-2:] != (height, width):
             memory_format = (torch.channels_last if tensor.is_contiguous(
                 memory_format=torch.channels_last) else torch.contiguous_format)
-            tensor = F.pad(tensor, (0, bucket[1] - width, 0, bucket[0] - height))
+            tensor = F.pad(tensor, (0, shape[-1] - width, 0, shape[-2] - height))
             tensor = tensor.contiguous(memory_format=memory_format)
         if self._bf16 is None:
             compiled = torch.compile(_ForwardHead(model), dynamic=False)
@@ -197,6 +197,17 @@ class BackendRunner:
                 outputs = self._compile_bf16(model, tensor)
         outputs = _to_float(outputs)
         return outputs if strides is None else crop_levels(outputs, height, width, strides)
+
+    def _graph_shape(self, model: nn.Module, exact: Tuple[int, ...]) -> Tuple[int, ...]:
+        """The (N, 3, H', W') graph input for a batch of shape ``exact``."""
+        if exact in self.compiled_sizes:
+            return exact
+        multiple = getattr(getattr(model, "backbone", None), "size_divisibility", 0) or 32
+        bucket = exact[:2] + compile_cache.bucketed_size(*exact[2:], multiple,
+                                                         getattr(model, "size_buckets", 0))
+        root = compile_cache.cache_root(getattr(model, "compile_cache_dir", ""))
+        cached = compile_cache.cached_shapes(root, compile_cache.model_key(model, self.backend))
+        return compile_cache.graph_shape(exact, bucket, self.compiled_sizes, cached)
 
     def _compile_bf16(self, model: nn.Module, tensor: Tensor):
         """The first call at ``tensor``'s shape: compiles (or loads from the cache), saying

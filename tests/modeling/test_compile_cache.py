@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from detectron2.structures import ImageList
 from torch import nn
 
 from fcos_d2.modeling import compile_cache
@@ -57,6 +56,16 @@ def test_crop_levels_gives_back_the_unbucketed_outputs():
         assert a.shape == b.shape and torch.allclose(a, b, atol=1e-6)
 
 
+def test_graph_shape_is_the_exact_size_first_then_buckets_and_what_is_compiled_wins():
+    exact, bucket = (1, 3, 800, 1216), (1, 3, 832, 1280)
+    other = (1, 3, 800, 1088)
+    assert compile_cache.graph_shape(exact, bucket, [], []) == exact  # a process's first size
+    assert compile_cache.graph_shape(exact, bucket, [other], []) == bucket  # a later new size
+    assert compile_cache.graph_shape(exact, bucket, [other, exact], []) == exact
+    assert compile_cache.graph_shape(exact, bucket, [], [bucket]) == bucket  # cached wins
+    assert compile_cache.graph_shape(exact, bucket, [bucket], [exact]) == bucket  # here first
+
+
 def test_index_records_compiles_and_estimates_from_them(tmp_path):
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Conv2d(4, 4, 3))
     key = compile_cache.model_key(model, "bf16_compiled")
@@ -65,6 +74,7 @@ def test_index_records_compiles_and_estimates_from_them(tmp_path):
         2 * compile_cache.COLD_SECONDS_PER_CONV, "a first guess for 2 convolutions")
     compile_cache.record_compile(tmp_path, key, (1, 3, 64, 64), 12.34)
     assert compile_cache.is_warm(tmp_path, key)
+    assert compile_cache.cached_shapes(tmp_path, key) == {(1, 3, 64, 64)}
     assert compile_cache.compile_estimate(tmp_path, key, (1, 3, 64, 64), model)[0] == 12.3
     assert "another size" in compile_cache.compile_estimate(tmp_path, key, (1, 3, 96, 64),
                                                             model)[1]
@@ -84,8 +94,9 @@ def _process(cache: Path, *argv: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
     env["OMP_NUM_THREADS"] = "1"
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])  # this fcos_d2
-    done = subprocess.run([sys.executable, str(HERE / "compile_cache_process.py"), str(cache),
-                           *argv], capture_output=True, text=True, env=env, timeout=300)
+    script = REPO / "tests" / "compile_cache_process.py"
+    done = subprocess.run([sys.executable, str(script), str(cache), *argv],
+                          capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     result = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     return {**json.loads(result[0][len("RESULT "):]), "log": done.stdout}
@@ -93,14 +104,17 @@ def _process(cache: Path, *argv: str) -> dict:
 
 def test_a_warm_cache_compiles_nothing_in_the_next_process_and_new_weights_recompile_nothing(
         tmp_path):
-    cold = _process(tmp_path)
+    cold = _process(tmp_path, "40x52,40x56")
     assert not cold["warm_before"] and cold["misses"] > 0 and cold["hits"] == 0
-    assert cold["sizes"] == [[1, 3, 64, 64]]  # 40 x 52 padded to its bucket
-    assert cold["level_shapes"] == [[1, 1, 40, 52], [1, 1, 20, 26]]  # cropped back
+    # the first size runs as it is; the second in its bucket, cropped back
+    assert cold["sizes"] == [[1, 3, 40, 52], [1, 3, 64, 64]]
+    assert cold["level_shapes"] == [[[1, 1, 40, 52], [1, 1, 20, 26]],
+                                    [[1, 1, 40, 56], [1, 1, 20, 28]]]
     assert "expect about" in cold["log"] and str(tmp_path / "inductor") in cold["log"]
     assert (tmp_path / "compiles.json").is_file()
-    warm = _process(tmp_path, "reload")
-    assert warm["warm_before"] and warm["hits"] > 0 and warm["misses"] == 0
+    warm = _process(tmp_path, "40x56", "reload")  # its bucket is in the cache
+    assert warm["warm_before"] and warm["sizes"] == [[1, 3, 64, 64]]
+    assert warm["hits"] > 0 and warm["misses"] == 0
     assert "its last compile at this size" in warm["log"]
     assert "loaded from the cache" in warm["log"]
     # new weights in place: new outputs, bf16-close to eager's, from the same graph

@@ -1,7 +1,8 @@
 """One process of the compile-cache test (tests/modeling/test_compile_cache.py): a toy
-two-level "detector" through the bf16_compiled runner, weights as inputs, caching in argv[1];
-then, with argv[2] == "reload", new weights loaded into the compiled model. Prints a JSON
-line of what inductor's cache did and what came out."""
+two-level "detector" through the bf16_compiled runner, weights as inputs, caching in argv[1],
+on batches of the sizes argv[2] ("40x52,40x56": height x width, in order); then, with
+argv[3] == "reload", new weights loaded into the compiled model. Prints a JSON line of what
+inductor's cache did and what came out."""
 import json
 import logging
 import sys
@@ -34,19 +35,23 @@ class Toy(nn.Module):
                 [o[:, 2:] for o in outputs])
 
 
-def main(cache_dir: str, reload: bool) -> None:
+def main(cache_dir: str, sizes: str, reload: bool) -> None:
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(message)s")
     torch.manual_seed(0)
     model = Toy(cache_dir).eval()
-    images = ImageList(torch.rand(1, 3, 40, 52), [(40, 52)])
     root = compile_cache.cache_root(cache_dir)
     warm = compile_cache.is_warm(root, compile_cache.model_key(model, "bf16_compiled"))
     runner = BackendRunner("bf16_compiled")
-    first = runner(model, images)
+    level_shapes = []
+    for size in sizes.split(","):
+        height, width = map(int, size.split("x"))
+        images = ImageList(torch.rand(1, 3, height, width), [(height, width)])
+        first = runner(model, images)
+        level_shapes.append([list(x.shape) for x in first[0]])
     result = {"warm_before": warm, "sizes": [list(s) for s in runner.compiled_sizes],
               "hits": counters["inductor"]["fxgraph_cache_hit"],
               "misses": counters["inductor"]["fxgraph_cache_miss"],
-              "level_shapes": [list(x.shape) for x in first[0]]}
+              "level_shapes": level_shapes}
     if reload:
         graphs = counters["stats"]["unique_graphs"]
         torch.manual_seed(1)
@@ -62,4 +67,4 @@ def main(cache_dir: str, reload: bool) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], len(sys.argv) > 2 and sys.argv[2] == "reload")
+    main(sys.argv[1], sys.argv[2], len(sys.argv) > 3 and sys.argv[3] == "reload")
