@@ -7,7 +7,8 @@ how long a compile takes, and the padded sizes that share a compiled graph.
   per model structure (parameter names, shapes and dtypes; not their values), the seconds
   each input shape took to compile. A second process compiling the same structure finds
   inductor's cache and compiles nothing; "auto" reads ``compiles.json`` to know it will.
-  The folder can move between machines of the same CPU kind and torch version.
+  Inductor keys its entries by content (graph, CPU, compiler, torch version), not by path,
+  so the folder is meant to move between machines alike (moving it is not tested).
 - Sizes are bucketed: after a process's first input size, a new size runs padded up to its
   bucket, each side rounded up to a ladder of ``steps`` sizes per octave (multiples of the
   backbone's size divisibility), so that a dataset whose images vary in size compiles a few
@@ -35,8 +36,10 @@ logger = logging.getLogger(__name__)
 CACHE_ENV = "FCOS_D2_CACHE_DIR"
 INDEX = "compiles.json"
 # A first compile's seconds per convolution, before this machine has timed one: the tiny
-# test model (32 convolutions) took about 30 s on one thread (docs/speed.md).
+# test model (33 convolutions) took about 30 s on one thread (docs/speed.md).
 COLD_SECONDS_PER_CONV = 1.0
+# The inductor folder this module set, told apart from one the user set.
+_ACTIVATED: Dict[str, str] = {}
 
 
 def cache_root(configured: str = "") -> Path:
@@ -52,10 +55,11 @@ def activate_cache(root: Path) -> Path:
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
     current = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     wanted = str(root / "inductor")
-    if current and os.path.abspath(current) != os.path.abspath(default_cache_dir()):
+    ours = (os.path.abspath(default_cache_dir()), _ACTIVATED.get("folder"))
+    if current and os.path.abspath(current) not in ours:
         return Path(current)
     if current != wanted:
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = wanted
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = _ACTIVATED["folder"] = wanted
         from torch._inductor.utils import clear_caches
         clear_caches()  # in-process caches keyed by the old folder
     return Path(wanted)

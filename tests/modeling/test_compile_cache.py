@@ -90,6 +90,15 @@ def test_cache_folder_comes_from_the_key_then_the_environment(monkeypatch, tmp_p
     assert compile_cache.cache_root("") == Path("~/.cache/fcos_d2").expanduser().resolve()
 
 
+def test_inductor_folder_follows_ours_but_a_users_own_wins(monkeypatch, tmp_path):
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    assert compile_cache.activate_cache(tmp_path / "a") == tmp_path / "a" / "inductor"
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "a" / "inductor")
+    assert compile_cache.activate_cache(tmp_path / "b") == tmp_path / "b" / "inductor"  # ours
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "users"))
+    assert compile_cache.activate_cache(tmp_path / "c") == tmp_path / "users"
+
+
 def _process(cache: Path, *argv: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
     env["OMP_NUM_THREADS"] = "1"
