@@ -230,6 +230,9 @@ class BackendRunner:
         float32); then each input shape gets its graph, exported and converted with those
         ranges, and compiled once (torch.export graphs are shape-specialised)."""
         shape = tuple(tensor.shape)
+        if shape not in self._int8:  # a compile may come: into the compile cache
+            compile_cache.activate_cache(compile_cache.cache_root(
+                getattr(model, "compile_cache_dir", "")))
         if self._ranges is None:
             if self._prepared is None:
                 self._prepared = _int8_prepared(_ForwardHead(model), tensor)
