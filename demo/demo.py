@@ -50,7 +50,7 @@ def read_input(path: str, input_format: str) -> np.ndarray:
 
 def main(args):
     cfg = setup_cfg(args)
-    predictor = Predictor(cfg)
+    predictor = Predictor(cfg, expected_images=len(args.input))  # for INFERENCE_BACKEND auto
     metadata = MetadataCatalog.get(cfg.DATASETS.TEST[0] if cfg.DATASETS.TEST else "__no_dataset")
     for path in args.input:
         image = read_input(path, cfg.INPUT.FORMAT)

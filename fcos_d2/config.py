@@ -233,13 +233,20 @@ def add_fcos_config(cfg: CN) -> None:
     # change (fcos_d2/modeling/fast_inference.py). False runs the model as trained.
     # Checkpoints always hold the unfolded weights.
     _C.FAST_INFERENCE = True
-    # How backbone and head run in eval mode (fcos_d2/modeling/inference_backends.py):
-    # "eager" (PyTorch eager, INFERENCE_DTYPE), "bf16_compiled" (torch.compile with frozen
-    # weights, bf16), "int8_pt2e" (static int8 by PT2E quantization, needs torchao,
-    # calibrated on the first 4 batches), "auto" (bf16_compiled where the CPU has native
-    # bf16, else int8_pt2e where it has VNNI, else eager float32 with one log line).
-    # The compiled ones compile on the first call: seconds for a tiny model, minutes for R-50.
-    _C.INFERENCE_BACKEND = "eager"
+    # How backbone and head run in eval mode: "auto" picks from the CPU's native units and
+    # the work ahead, in one log line (fcos_d2/modeling/backend_choice.py, docs/speed.md);
+    # or "eager" (INFERENCE_DTYPE), "bf16_compiled" (torch.compile, bf16), "int8_pt2e"
+    # (PT2E static int8, needs torchao; calibrated on the first 4 batches).
+    _C.INFERENCE_BACKEND = "auto"
+    # Where compiled backends keep inductor's caches, so a compile is paid once per machine;
+    # "": $FCOS_D2_CACHE_DIR, else ~/.cache/fcos_d2 (fcos_d2/modeling/compile_cache.py).
+    _C.COMPILE_CACHE_DIR = ""
+    # Compiled backends pad a new input size (after the first) up to a ladder of this many
+    # sizes per octave, so mixed sizes compile a few graphs (<= 1/N more per side); 0: exact.
+    _C.INFERENCE_SIZE_BUCKETS = 8
+    # bf16_compiled folds the weights into the graph as prepacked constants (fastest);
+    # False keeps them inputs: new weights need no recompile, the whole compile is cached.
+    _C.COMPILE_FREEZE_WEIGHTS = True
 
 
 def add_solver_config(cfg: CN) -> None:

@@ -1,4 +1,5 @@
 import os
+import tempfile
 from pathlib import Path
 
 # Under pytest-xdist (`make test` runs 2 workers), each worker and the processes its tests
@@ -7,6 +8,15 @@ from pathlib import Path
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _WORKERS > 1 and "OMP_NUM_THREADS" not in os.environ:
     os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // _WORKERS))
+
+# MODEL.FCOS.INFERENCE_BACKEND "auto" would run bf16 (and compile) on a CPU with native
+# bf16: the suite tests the model in eager float32, the same on every CPU, and auto's own
+# tests unset this (tests/modeling/test_backend_choice.py). Inherited by the scripts run.
+os.environ.setdefault("FCOS_D2_AUTO_BACKEND", "eager")
+# Compiled backends' caches (fcos_d2/modeling/compile_cache.py) in a folder of the suite's
+# own, kept between runs like inductor's default one, not in the user's ~/.cache.
+os.environ.setdefault("FCOS_D2_CACHE_DIR", os.path.join(
+    tempfile.gettempdir(), f"fcos_d2_tests_{getattr(os, 'getuid', lambda: 0)()}"))
 
 import pytest
 

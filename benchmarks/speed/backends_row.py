@@ -1,6 +1,7 @@
 """The backends row of ``python -m benchmarks.speed``: R-50 FCOS (configs/FCOS-R50.yaml,
 random weights seeded 0) at batch 1 through each ``MODEL.FCOS.INFERENCE_BACKEND`` (eager
-fp32, bf16 compiled with frozen weights, int8 by PT2E) beside torchvision's fp32 FCOS,
+fp32, bf16 compiled with frozen weights, int8 by PT2E, and "auto", the default, as a model
+kept to serve: its choice in the record) beside torchvision's fp32 FCOS,
 timed interleaved; with the seconds of each one's first calls (compiling, and calibrating
 int8) and how many of fp32's 20 best detections it finds (same class, corners within 4
 pixels; score threshold 0, as random weights score every class near the prior). The timed
@@ -16,6 +17,7 @@ import torch
 from detectron2.modeling import build_model
 
 from benchmarks.speed import contenders as bc
+from fcos_d2.modeling.backend_choice import choose_backend
 from fcos_d2.modeling.inference_backends import INT8_CALIBRATION_BATCHES, torchao_available
 
 TOP, BOX_TOL = 20, 4.0  # the agreement: fp32's best detections, corner tolerance in pixels
@@ -55,6 +57,7 @@ def measure(image_size, repeats: int, interleaved, kind: str) -> List[dict]:
               _model("bf16_compiled", state)}
     if torchao_available():
         models["fcos-d2 int8_pt2e"] = _model("int8_pt2e", state)
+    models["fcos-d2 auto"] = _model("auto", state)
     images = bc.random_images(1, *image_size, "cpu")
     torchvision = bc.torchvision_contender("cpu", image_size)
     torchvision.model.eval()
@@ -71,6 +74,7 @@ def measure(image_size, repeats: int, interleaved, kind: str) -> List[dict]:
         fns = {"torchvision fp32": lambda: torchvision.infer(images)}
         fns.update({n: (lambda m=m: m(bc._d2_inputs(images))) for n, m in models.items()})
         medians = interleaved(fns, repeats, "cpu")
+    extra["fcos-d2 auto"]["auto_choice"] = choose_backend("auto", "cpu").reason
     return [{"row": "backends", "contender": name, "batch": 1, "seconds": seconds,
              "image_size": list(image_size), **extra.get(name, {})}
             for name, seconds in medians.items()]

@@ -71,6 +71,7 @@ def fcos_d2_cfg(device: str, **fcos):
     fcos_d2.add_fcos_config(cfg)
     cfg.merge_from_file(str(REPO / "configs" / "FCOS-R50.yaml"))
     cfg.MODEL.DEVICE, cfg.MODEL.WEIGHTS = device, ""
+    cfg.MODEL.FCOS.INFERENCE_BACKEND = "eager"  # rows say their precision; "auto": backends row
     for key, value in fcos.items():
         setattr(cfg.MODEL.FCOS, key, value)
     return cfg

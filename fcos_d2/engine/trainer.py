@@ -25,7 +25,7 @@ from typing import List, Optional
 
 import torch
 from detectron2.config import get_cfg
-from detectron2.data import MetadataCatalog, build_detection_test_loader
+from detectron2.data import DatasetCatalog, MetadataCatalog, build_detection_test_loader
 from detectron2.engine import DefaultTrainer, default_argument_parser, default_setup, hooks
 from detectron2.evaluation import verify_results
 from detectron2.utils import comm
@@ -165,6 +165,8 @@ class Trainer(DefaultTrainer):
         The model evaluated is the one the extensions' ``test_model`` make of it, the
         summary blocks labelled with their labels."""
         model = inference_model(model, fast_inference_enabled(cfg))  # folded copy; see there
+        if hasattr(model, "expected_images"):  # what INFERENCE_BACKEND "auto" weighs
+            model.expected_images = test_images_per_worker(cfg)
         labels = []
         for extension in trainer_extensions_for(cfg):
             model, label = extension.test_model(cfg, model)
@@ -265,6 +267,12 @@ def setup(args):
     if levels:
         logger.info(levels)
     return cfg
+
+
+def test_images_per_worker(cfg) -> int:
+    """The images of DATASETS.TEST each worker evaluates (at least 1)."""
+    total = sum(len(DatasetCatalog.get(name)) for name in cfg.DATASETS.TEST)
+    return max(1, total // comm.get_world_size())
 
 
 def evaluate_weights(cfg, resume: bool = False):

@@ -9,7 +9,7 @@ fcos-d2's reader: EXIF, 16-bit, errors naming the file) or arrays in ``INPUT.FOR
 (``DefaultPredictor`` wants BGR whatever the format); it returns ``Instances`` on the CPU.
 """
 import os
-from typing import Union
+from typing import Optional, Union
 
 import numpy as np
 import torch
@@ -30,13 +30,16 @@ class Predictor:
     Args:
         cfg: a config with ``add_fcos_config`` and ``MODEL.WEIGHTS`` set to trained
             weights; ``MODEL.DEVICE`` is where the model runs.
+        expected_images: how many images it will be called on, which
+            ``MODEL.FCOS.INFERENCE_BACKEND "auto"`` weighs against a compile; None: unknown
+            (a predictor kept to serve: compiled where that pays).
 
     Call:
         image: a path to an image file, or an (H, W, 3) uint8 array in ``INPUT.FORMAT``
             ("BGR" or "RGB").
     """
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, expected_images: Optional[int] = None):
         if not cfg.MODEL.WEIGHTS:
             raise ValueError("Predictor: MODEL.WEIGHTS is empty; set it to trained weights "
                              "(e.g. output/quickstart/model_final.pth)")
@@ -45,6 +48,8 @@ class Predictor:
         FCOSCheckpointer.from_config(cfg, model).load(cfg.MODEL.WEIGHTS)
         # MODEL.FCOS.FAST_INFERENCE: folded BN, channels_last (fcos_d2.modeling.fast_inference)
         self.model = inference_model(model, fast_inference_enabled(cfg)).eval()
+        if hasattr(self.model, "expected_images"):
+            self.model.expected_images = expected_images or 0  # 0: unknown
         self.resize = T.ResizeShortestEdge([cfg.INPUT.MIN_SIZE_TEST] * 2, cfg.INPUT.MAX_SIZE_TEST)
 
     def __call__(self, image: Union[str, os.PathLike, np.ndarray]) -> Instances:

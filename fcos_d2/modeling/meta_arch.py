@@ -27,7 +27,9 @@ from .assignment import assign_targets_with_matches, compute_locations, level_si
 from .atss import assign_targets_atss
 from .fast_inference import InferenceCopy
 from .head import FCOSHead
-from .inference_backends import BackendRunner, check_inference_backend, resolve_inference_backend
+from .backend_choice import BackendChoice, check_inference_backend, choose_backend
+from .compile_cache import cache_root, is_warm, model_key
+from .inference_backends import BackendRunner
 from .losses import (CLS_LOSSES, LOC_LOSS_TYPES, LOC_LOSS_WEIGHTINGS, LOSS_NORMALIZERS,
                      EMANormalizer, fcos_losses)
 from .postprocess import THRESHOLD_ON, detections_of_candidates, select_candidates_batched
@@ -41,8 +43,8 @@ INFERENCE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16,
 
 
 @functools.lru_cache(maxsize=None)
-def _log_once(message: str) -> None:
-    logger.warning(message)
+def _log_once(message: str, level: int = logging.WARNING) -> None:
+    logger.log(level, message)
 
 
 def flatten_levels(outputs: List[Tensor]) -> Tensor:
@@ -290,12 +292,17 @@ class FCOS(FCOSBase):
         pixel_std: Sequence[float],
         input_format: str = "BGR",
         fast_inference: bool = True,
-        inference_backend: str = "eager",
+        inference_backend: str = "auto",
+        compile_cache_dir: str = "",
+        size_buckets: int = 8,
+        compile_freeze: bool = True,
         **options,
     ):
         """``fast_inference``: run the folded channels_last copy in eval mode.
         ``inference_backend``: how backbone and head run in eval mode (``INFERENCE_BACKENDS``
-        of ``inference_backends.py``).
+        of ``backend_choice.py``); ``compile_cache_dir``, ``size_buckets``,
+        ``compile_freeze``: the compiled backends' cache folder, size buckets per octave and
+        frozen weights (``inference_backends.py``).
         ``options``: the keyword arguments of ``FCOSBase`` but ``input_shape``, which is the
         backbone's."""
         super().__init__(input_shape=backbone.output_shape(), **options)
@@ -308,6 +315,11 @@ class FCOS(FCOSBase):
         self.inference_copy = InferenceCopy()  # no submodule: not in state_dict
         self.inference_backend = check_inference_backend(inference_backend)
         self.backend_runner: Optional[BackendRunner] = None  # built on first use
+        self.compile_cache_dir, self.size_buckets = compile_cache_dir, size_buckets
+        self.compile_freeze = compile_freeze
+        # Images the caller has ahead, which "auto" weighs against a compile; 0: unknown, a
+        # model kept loaded to serve (Predictor, DefaultPredictor). Entry points set it.
+        self.expected_images = 0
         self.register_buffer("pixel_mean", torch.tensor(pixel_mean).view(-1, 1, 1), False)
         self.register_buffer("pixel_std", torch.tensor(pixel_std).view(-1, 1, 1), False)
         if self.channels_last:  # FCOSBase converted the head; now the backbone too
@@ -326,6 +338,9 @@ class FCOS(FCOSBase):
             "input_format": cfg.INPUT.FORMAT,
             "fast_inference": cfg.MODEL.FCOS.FAST_INFERENCE,
             "inference_backend": cfg.MODEL.FCOS.INFERENCE_BACKEND,
+            "compile_cache_dir": cfg.MODEL.FCOS.COMPILE_CACHE_DIR,
+            "size_buckets": cfg.MODEL.FCOS.INFERENCE_SIZE_BUCKETS,
+            "compile_freeze": cfg.MODEL.FCOS.COMPILE_FREEZE_WEIGHTS,
         }
 
     @property
@@ -355,11 +370,12 @@ class FCOS(FCOSBase):
         if fast is not None:
             return fast(batched_inputs)
         images = self.preprocess_image(batched_inputs)
-        runner = None if self.training else self.compiled_backend()
+        choice = None if self.training else self.backend_choice()
+        runner = None if choice is None else self.compiled_backend(choice)
         if runner is not None:  # MODEL.FCOS.INFERENCE_BACKEND
             logits, regression, centerness = runner(self, images)
         else:
-            with self._inference_autocast():
+            with self._inference_autocast(None if choice is None else choice.dtype):
                 logits, regression, centerness = self.forward_head(images)
         if self.training:
             if "instances" not in batched_inputs[0]:
@@ -382,22 +398,32 @@ class FCOS(FCOSBase):
             for r, x, size in zip(results, batched_inputs, images.image_sizes)
         ]
 
-    def compiled_backend(self) -> Optional[BackendRunner]:
-        """The runner of ``inference_backend`` on this device (None: eager), logging once
-        why "auto" falls back to eager."""
-        backend, message = resolve_inference_backend(self.inference_backend, self.device.type)
-        if message:
-            _log_once(message)
-        if backend == "eager":
+    def backend_choice(self) -> BackendChoice:
+        """What runs backbone and head in eval mode (``backend_choice.choose_backend``), for
+        this device and the work ahead, said once per process in the log."""
+        asked = (self.inference_backend, self.device.type, self.expected_images)
+        if getattr(self, "_choice", (None,))[0] != asked:
+            warm = self.inference_backend == "auto" and is_warm(
+                cache_root(self.compile_cache_dir), model_key(self, "bf16_compiled"))
+            self._choice = (asked, choose_backend(*asked[:2], self.expected_images or None,
+                                                  warm=warm))
+        choice = self._choice[1]
+        if choice.reason:
+            _log_once(choice.reason, logging.WARNING if choice.warning else logging.INFO)
+        return choice
+
+    def compiled_backend(self, choice: BackendChoice) -> Optional[BackendRunner]:
+        """The runner of ``choice``'s compiled backend, kept while it stays the same."""
+        if choice.backend == "eager":
             return None
-        if self.backend_runner is None or self.backend_runner.backend != backend:
-            self.backend_runner = BackendRunner(backend)
+        if self.backend_runner is None or self.backend_runner.backend != choice.backend:
+            self.backend_runner = BackendRunner(choice.backend)
         return self.backend_runner
 
-    def _inference_autocast(self):
-        """Autocast to ``inference_dtype`` at inference; training precision is the trainer's
-        (SOLVER.AMP.ENABLED)."""
-        dtype = self.inference_dtype
+    def _inference_autocast(self, dtype: Optional[torch.dtype] = None):
+        """Autocast to ``dtype`` ("auto"'s choice; default ``inference_dtype``) at inference;
+        training precision is the trainer's (SOLVER.AMP.ENABLED)."""
+        dtype = self.inference_dtype if dtype is None else dtype
         if self.device.type == "cpu":  # bf16 only where the CPU has it (MODEL.FCOS.CPU_BF16)
             dtype = cpu_autocast_dtype(dtype, self.cpu_bf16, what="inference",
                                        key="MODEL.FCOS.INFERENCE_DTYPE")

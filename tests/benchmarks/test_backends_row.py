@@ -46,6 +46,7 @@ def test_backends_are_timed_at_the_configured_threshold_after_agreeing_at_zero(m
         return {name: 1.0 for name in fns}
 
     results = backends_row.measure((64, 96), 1, interleaved, "native")
-    assert len(built) == 2 and thresholds_when_timed == [0.05, 0.05]  # eager, "bf16"
+    assert len(built) == 3 and thresholds_when_timed == [0.05] * 3  # eager, "bf16", "auto"
+    assert "auto:" in [r for r in results if r["contender"] == "fcos-d2 auto"][0]["auto_choice"]
     # fp32's own top detections, found at threshold 0 by the (identical) eager models
     assert all(r["found_of_top"] == "20/20" for r in results if "found_of_top" in r)

@@ -99,3 +99,10 @@ def _with_weights(cfg, path):
     changed = cfg.clone()
     changed.MODEL.WEIGHTS = path
     return changed
+
+
+def test_predictor_tells_auto_how_many_images_it_has_ahead(cfg):
+    """MODEL.FCOS.INFERENCE_BACKEND "auto" weighs a compile against ``expected_images``
+    (fcos_d2/modeling/backend_choice.py); 0 stands for unknown, a predictor kept to serve."""
+    assert Predictor(cfg).model.expected_images == 0
+    assert Predictor(cfg, expected_images=2).model.expected_images == 2

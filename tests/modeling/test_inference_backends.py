@@ -1,8 +1,7 @@
 """MODEL.FCOS.INFERENCE_BACKEND (fcos_d2/modeling/inference_backends.py): the compiled bf16
 and PT2E int8 backends give fp32's detections within stated tolerances on a tiny model;
-"auto" picks by the CPU's instructions and falls back to eager with one log line; a bad
-value is an error naming the key and the allowed values."""
-import logging
+a bad value is an error naming the key and the allowed values. "auto"'s choice:
+test_backend_choice.py; the compile cache and size buckets: test_compile_cache.py."""
 from pathlib import Path
 
 import pytest
@@ -12,9 +11,8 @@ from detectron2.layers import FrozenBatchNorm2d
 from detectron2.modeling import build_model
 
 from fcos_d2 import add_fcos_config
-from fcos_d2.modeling import inference_backends, meta_arch
 from fcos_d2.modeling.inference_backends import (INFERENCE_BACKENDS, INT8_CALIBRATION_BATCHES,
-                                                 resolve_inference_backend, torchao_available)
+                                                 torchao_available)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -69,38 +67,6 @@ def test_bad_backend_is_an_error_naming_the_key_and_allowed_values():
     message = str(error.value)
     assert "MODEL.FCOS.INFERENCE_BACKEND" in message and "'fast'" in message
     assert all(f"'{b}'" in message for b in INFERENCE_BACKENDS)
-
-
-@pytest.mark.parametrize("capabilities, expected", [
-    ({"native_int8": True, "native_bf16": True}, "bf16_compiled"),
-    ({"native_int8": False, "native_bf16": True}, "bf16_compiled"),
-    ({"native_int8": True, "native_bf16": False}, "int8_pt2e" if torchao_available() else
-     "eager"),
-])
-def test_auto_picks_the_backend_the_cpu_has_instructions_for(monkeypatch, capabilities,
-                                                             expected):
-    monkeypatch.setattr(inference_backends, "cpu_capabilities", lambda: capabilities)
-    backend, message = resolve_inference_backend("auto", "cpu")
-    assert backend == expected and (message == "") == (expected != "eager")
-    assert resolve_inference_backend("eager", "cpu") == ("eager", "")
-    backend, message = resolve_inference_backend("int8_pt2e", "cuda")
-    assert backend == "eager" and "int8_pt2e: the model is on cuda" in message
-
-
-def test_auto_without_native_int8_or_bf16_runs_eager_with_one_log_line(monkeypatch, caplog):
-    monkeypatch.setattr(inference_backends, "cpu_capabilities",
-                        lambda: {"native_int8": False, "native_bf16": False})
-    meta_arch._log_once.cache_clear()
-    model, eager = _model("auto"), _model("eager")
-    with caplog.at_level(logging.WARNING, logger=meta_arch.__name__):
-        got = _detections(model, _inputs())
-        _detections(model, _inputs(seed=1))
-    lines = [r.getMessage() for r in caplog.records if "INFERENCE_BACKEND" in r.getMessage()]
-    assert len(lines) == 1
-    assert "neither int8" in lines[0] and "running eager float32" in lines[0]
-    assert model.backend_runner is None
-    for a, b in zip(got, _detections(eager, _inputs())):
-        assert torch.equal(a, b)
 
 
 def test_bf16_compiled_agrees_with_float32():
