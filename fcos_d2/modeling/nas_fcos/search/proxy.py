@@ -2,6 +2,10 @@
 (FPN and head) trains briefly on cached bottom-up features of a small image subset and is
 rewarded with minus the sum of its detection losses on a held-out split.
 
+The bottom-up stays fixed: the config's initialisation (seeded), or a trained detector's
+(``bottom_up_weights``: e.g. the recipe's own ``model_final.pth``, so that decoders are
+rewarded on the features the trained model will give them).
+
 Symbols: N images of a batch, Ck the bottom-up features C2-C5.
 """
 from typing import Dict, List, Sequence, Tuple
@@ -12,12 +16,35 @@ from detectron2.data import transforms as T
 from detectron2.modeling import build_model
 from detectron2.structures import ImageList, Instances
 from detectron2.utils.events import EventStorage
-from torch import Tensor
+from torch import Tensor, nn
 
+from ....checkpoint.safe_load import load_model_state_dict
 from ...assignment import compute_locations
 from ..genotypes import FPNGenotype, HeadGenotype
 
 Batch = Tuple[Dict[str, Tensor], List[Instances]]
+BOTTOM_UP_PREFIX = "backbone.bottom_up."  # fcos-d2 detectors' bottom-up (FCOS, NASFCOS)
+
+
+def load_bottom_up(bottom_up: nn.Module, path: str) -> int:
+    """Loads the ``backbone.bottom_up.*`` weights and buffers of a detector checkpoint
+    (``{"model": state}`` or a bare state dict) into ``bottom_up``, every key and shape
+    matched; returns how many tensors it loaded."""
+    state = load_model_state_dict(path)
+    found = {k[len(BOTTOM_UP_PREFIX):]: torch.as_tensor(v) for k, v in state.items()
+             if k.startswith(BOTTOM_UP_PREFIX)}
+    if not found:
+        raise ValueError(f"{path}: no '{BOTTOM_UP_PREFIX}*' entries; give a checkpoint of an "
+                         f"fcos-d2 detector (e.g. a training's model_final.pth)")
+    expected = bottom_up.state_dict()
+    missing, extra = sorted(set(expected) - set(found)), sorted(set(found) - set(expected))
+    shapes = [k for k in expected if k in found and found[k].shape != expected[k].shape]
+    if missing or extra or shapes:
+        raise ValueError(f"{path}: its bottom-up does not fit the search's config "
+                         f"(MODEL.RESNETS / NAS_FCOS.BOTTOM_UP): missing {missing[:5]}, "
+                         f"unexpected {extra[:5]}, other shapes {shapes[:5]}")
+    bottom_up.load_state_dict(found, strict=True)
+    return len(found)
 
 
 def load_inputs(cfg, dataset: str, start: int, count: int) -> List[dict]:
@@ -36,10 +63,12 @@ class ProxyTask:
     """Trains decoders of ``cfg`` (a NASFCOS config) on cached features of fixed images."""
 
     def __init__(self, cfg, train: Sequence[dict], val: Sequence[dict], *, iterations: int,
-                 batch_size: int, lr: float):
+                 batch_size: int, lr: float, bottom_up_weights: str = ""):
         self.cfg, self.iterations, self.lr = cfg.clone(), iterations, lr
         model = build_model(self.cfg).eval()
-        self.bottom_up = model.backbone.bottom_up  # fixed: MODEL.WEIGHTS or its init
+        self.bottom_up = model.backbone.bottom_up  # fixed: its init or a trained one
+        if bottom_up_weights:
+            load_bottom_up(self.bottom_up, bottom_up_weights)
         self.pixel_mean, self.pixel_std = model.pixel_mean, model.pixel_std
         self.divisibility = model.backbone.size_divisibility
         self.train = self._cache(train, batch_size)
