@@ -115,3 +115,24 @@ def test_second_order_step_on_the_supernet_changes_only_architecture_weights(str
                                  weight_optimizer=search.weight_optimizer, lr=0.004)
     after = search.model.state_dict()
     assert {k for k in before if not torch.equal(before[k], after[k])} == names
+
+
+def test_the_r50_search_trains_biases_at_twice_the_lr_without_decay_and_clips_at_20(tmp_path):
+    from detectron2.config import get_cfg
+    from torch import nn
+
+    from fcos_d2 import add_fcos_config
+
+    cfg = get_cfg()
+    add_fcos_config(cfg)
+    cfg.merge_from_file("configs/FAD/FAD-R50-search.yaml")
+    assert cfg.SOLVER.CLIP_GRADIENTS.CLIP_VALUE == 20.0
+    model = nn.Sequential(nn.Conv2d(1, 2, 1), nn.GroupNorm(1, 2))
+    groups = fad_search.weight_groups(model, list(model.parameters()), cfg.SOLVER)
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert [[names[id(p)] for p in g["params"]] for g in groups] == [["0.weight", "1.weight"],
+                                                                      ["0.bias", "1.bias"]]
+    assert [(g["lr"], g["weight_decay"]) for g in groups] == [(0.004, 1e-4), (0.008, 0.0)]
+    tiny = tiny_cfg(tmp_path)
+    (group,) = fad_search.weight_groups(model, [model[0].bias], tiny.SOLVER)
+    assert (group["lr"], group["weight_decay"]) == (0.004, 1e-4)  # the tiny search: DARTS's
