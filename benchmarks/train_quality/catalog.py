@@ -90,8 +90,9 @@ def family_names() -> List[str]:
 
 def designed_names() -> List[str]:
     """The rows of the members as designed (``--contenders designed``, issue 62): FCOS's
-    head first, then ``family_designed.DESIGNED_ORDER``."""
-    return [family.FCOS_HEAD, *family_designed.DESIGNED_ORDER]
+    head first, then ``family_designed.MAIN_ROWS`` (the searched and random rows are
+    trained by ``search_check compare``'s command)."""
+    return [family.FCOS_HEAD, *family_designed.MAIN_ROWS]
 
 
 def default_contenders(names: List[str], regime: str) -> List[str]:

@@ -141,6 +141,7 @@ def nas_rewards(names: Sequence[str], args) -> Dict[str, float]:
     cfg = get_cfg()
     add_fcos_config(cfg)
     cfg.merge_from_file(search.config_file)
+    cfg.merge_from_list(search.opts)  # as the search: its config overrides, then its width
     cfg.merge_from_list(["MODEL.DEVICE", "cpu", "MODEL.NAS_FCOS.CHANNELS", search.channels])
     first = search.first_image
     train = load_inputs(cfg, search.dataset, first, search.train_images)

@@ -75,6 +75,8 @@ def test_designed_rows_are_by_name_only_and_every_comparison_names_known_rows():
     names = catalog.contender_names()
     assert set(designed.DESIGNED_ORDER) <= set(names)
     assert not set(catalog.default_contenders(names, "shapes")) & set(designed.DESIGNED_ORDER)
-    assert catalog.designed_names()[0] == family.FCOS_HEAD
+    assert catalog.designed_names() == [family.FCOS_HEAD, *designed.MAIN_ROWS]
     for searched, randoms in designed.SEARCH_COMPARISONS.items():
-        assert searched in names and len(randoms) >= 4 and set(randoms) <= set(names)
+        assert searched in names and len(randoms) == 4 and set(randoms) <= set(names)
+    # the proxy check's >= 8 architectures a space: searched, published and random rows
+    assert len(designed.NAS_RANDOM_DCN) == len(designed.FAD_RANDOM_TWO) == 6

@@ -36,7 +36,7 @@ def _run(name, seed, ap, iterations=4800):
 
 
 def test_the_searched_row_beats_random_only_by_more_than_its_seeds_std():
-    randoms = list(FAD_RANDOM_TWO)
+    randoms = list(FAD_RANDOM_TWO)[:4]
     quality = [_run(FAD_SEARCHED_TWO, s, ap) for s, ap in ((0, 10.0), (1, 12.0), (2, 14.0))]
     quality += [_run(name, 0, 9.0) for name in randoms]
     quality.append(_run(randoms[0], 1, 99.0, iterations=600))  # another schedule: not read
