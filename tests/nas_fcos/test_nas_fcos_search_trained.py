@@ -9,7 +9,8 @@ from detectron2.data.datasets import register_coco_instances
 from detectron2.modeling import build_model
 
 from fcos_d2 import add_fcos_config, get_config_file
-from fcos_d2.modeling.nas_fcos.search.proxy import ProxyTask, load_bottom_up, load_inputs
+from fcos_d2.checkpoint.parts import load_bottom_up
+from fcos_d2.modeling.nas_fcos.search.proxy import ProxyTask, load_inputs
 
 
 def _cfg(config: str):

@@ -39,6 +39,8 @@ from detectron2.utils import comm
 from detectron2.utils.events import EventStorage
 from detectron2.utils.logger import setup_logger
 
+from ...checkpoint import FCOSCheckpointer
+from ...checkpoint.parts import load_bottom_up
 from ...config import add_fcos_config
 from ...data import FCOSDatasetMapper, prepare_dataset
 from .architect import architecture_step, weight_step
@@ -131,6 +133,17 @@ def average_buffers(model: torch.nn.Module) -> None:
     average_over_workers([b for b in model.buffers() if b.is_floating_point()])
 
 
+def load_start_weights(model: torch.nn.Module, cfg, bottom_up_weights: str) -> None:
+    """The supernet's starting weights: MODEL.WEIGHTS (e.g. the R-50 search's ImageNet
+    backbone; the entries that fit, as train_net.py loads them), then the bottom-up of a
+    trained detector (MODEL.FAD.SEARCH.BOTTOM_UP_WEIGHTS, every tensor)."""
+    if cfg.MODEL.WEIGHTS:
+        FCOSCheckpointer.from_config(cfg, model, reinit_mismatched=True).load(cfg.MODEL.WEIGHTS)
+    if bottom_up_weights:
+        count = load_bottom_up(model.backbone.bottom_up, bottom_up_weights)
+        logger.info(f"FAD search: the bottom-up's {count} tensors from {bottom_up_weights}")
+
+
 def weight_groups(model: torch.nn.Module, weights: Sequence[torch.Tensor], solver) -> List[dict]:
     """The weights' SGD groups as FAD's (maskrcnn-benchmark's) optimizer makes them: every
     parameter named "...bias" at BASE_LR * BIAS_LR_FACTOR with WEIGHT_DECAY_BIAS (None:
@@ -154,6 +167,7 @@ class Search:
         self.cfg, self.options = cfg, search_options(cfg)
         torch.manual_seed(self.options["seed"])  # the same initial weights on every worker
         self.model = build_model(cfg)
+        load_start_weights(self.model, cfg, self.options["bottom_up_weights"])
         self.model.train()
         self.alphas = architecture_parameters(self.model)
         self.weights = weight_parameters(self.model)

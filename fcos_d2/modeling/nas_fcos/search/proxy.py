@@ -16,35 +16,13 @@ from detectron2.data import transforms as T
 from detectron2.modeling import build_model
 from detectron2.structures import ImageList, Instances
 from detectron2.utils.events import EventStorage
-from torch import Tensor, nn
+from torch import Tensor
 
-from ....checkpoint.safe_load import load_model_state_dict
+from ....checkpoint.parts import load_bottom_up
 from ...assignment import compute_locations
 from ..genotypes import FPNGenotype, HeadGenotype
 
 Batch = Tuple[Dict[str, Tensor], List[Instances]]
-BOTTOM_UP_PREFIX = "backbone.bottom_up."  # fcos-d2 detectors' bottom-up (FCOS, NASFCOS)
-
-
-def load_bottom_up(bottom_up: nn.Module, path: str) -> int:
-    """Loads the ``backbone.bottom_up.*`` weights and buffers of a detector checkpoint
-    (``{"model": state}`` or a bare state dict) into ``bottom_up``, every key and shape
-    matched; returns how many tensors it loaded."""
-    state = load_model_state_dict(path)
-    found = {k[len(BOTTOM_UP_PREFIX):]: torch.as_tensor(v) for k, v in state.items()
-             if k.startswith(BOTTOM_UP_PREFIX)}
-    if not found:
-        raise ValueError(f"{path}: no '{BOTTOM_UP_PREFIX}*' entries; give a checkpoint of an "
-                         f"fcos-d2 detector (e.g. a training's model_final.pth)")
-    expected = bottom_up.state_dict()
-    missing, extra = sorted(set(expected) - set(found)), sorted(set(found) - set(expected))
-    shapes = [k for k in expected if k in found and found[k].shape != expected[k].shape]
-    if missing or extra or shapes:
-        raise ValueError(f"{path}: its bottom-up does not fit the search's config "
-                         f"(MODEL.RESNETS / NAS_FCOS.BOTTOM_UP): missing {missing[:5]}, "
-                         f"unexpected {extra[:5]}, other shapes {shapes[:5]}")
-    bottom_up.load_state_dict(found, strict=True)
-    return len(found)
 
 
 def load_inputs(cfg, dataset: str, start: int, count: int) -> List[dict]:
