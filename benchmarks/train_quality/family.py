@@ -7,10 +7,11 @@ What each changes on top of the recipe config (everything else, the ``MODEL.FCOS
 formulation included, is the recipe's, so a row differs from FCOS's by its FPN or head):
 
 - ``nas-fcos fpn``: NAS-FCOS's FPN (published graph) under FCOS's head;
-  ``nas-fcos fpn+head``: with the published head too. On this CPU the published graph's
+  ``nas-fcos fpn+head``: with the published head too. In these rows the published graph's
   deformable convs are separable 3x3 convs, as in ``configs/NAS-FCOS/quickstart.yaml``
-  (torchvision's ``deform_conv2d`` costs ~17x a 3x3 conv's time there); ``nas-fcos
-  fpn+head dcn`` keeps them (the published genotype exactly).
+  (torchvision's CPU ``deform_conv2d`` made them too slow when they ran); ``nas-fcos
+  fpn+head dcn`` keeps them (the published genotype exactly), as do the rows of
+  ``family_designed.py`` (the members as designed, issue 62).
 - ``nas-fcos searched`` (and ``top-2``, ``random-1``, ``random-2``): the genotypes of
   ``genotypes/nas_fcos_*.yaml``, found by the search commands their files name, with their
   deformable convs separable 3x3 convs as the published graph's (``without_dcn``).
@@ -18,7 +19,8 @@ formulation included, is the recipe's, so a row differs from FCOS's by its FPN o
   of ``genotypes/fad_searched.log`` (written by the search its header names); ``fad
   random-1`` / ``random-2``: genotypes drawn from FAD's space
   (``fad.genotypes.random_genotype``). One cell a tower, as
-  ``configs/FAD/FAD-tiny-train.yaml`` trains on a CPU (FAD: two), and 64 channels an edge
+  ``configs/FAD/FAD-tiny-train.yaml`` trains on a CPU (FAD: two, as in
+  ``family_designed.py``'s two-cell rows), and 64 channels an edge
   (FAD: 96; the tiny config's 32 make GroupNorm(32) one channel a group, which fails on
   the recipe's 1x1 P7 at batch 1).
 - ``detectron2 retinanet``: detectron2's RetinaNet on the same trunk and FPN levels, its
