@@ -98,7 +98,8 @@ def add_fcos_config(cfg: CN) -> None:
     # Norm in the towers: "GN" (32 groups), "BN", "SyncBN", or "" for none.
     _C.NORM = "GN"
     # Make the last conv of each tower a modulated deformable conv (DCNv2), as in the
-    # official DCN models; runs on torchvision.ops.deform_conv2d (CPU and GPU).
+    # official DCN models; no compiled extension (torchvision's deform_conv2d on a GPU, a
+    # sampled equivalent on the CPU: fcos_d2/modeling/deform_sampling.py).
     _C.USE_DEFORMABLE = False
     # Initial bias of the classification logits = -log((1 - p) / p), for stable focal loss.
     _C.PRIOR_PROB = 0.01

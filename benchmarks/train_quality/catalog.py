@@ -6,7 +6,7 @@ import importlib.util
 from collections import OrderedDict
 from typing import Dict, List, Sequence
 
-from benchmarks.train_quality import family, labelenc
+from benchmarks.train_quality import family, family_designed, labelenc
 from benchmarks.train_quality.contenders import (
     DETECTRON2, DETECTRON2_VARIANTS, EVAL_VARIANTS, FASTER_RCNN, OFFICIAL, RECIPE,
     RECIPE_VARIANTS, SAME_ITERATIONS, SCHEDULES, TORCHVISION, VARIANTS, Contender, FasterRCNN,
@@ -41,7 +41,7 @@ def _catalog() -> Dict[str, Contender]:
     variants += [FcosD2Contender(f"{RECIPE}+{v}", o) for v, o in RECIPE_VARIANTS.items()]
     variants += [OtherFCOS(f"{DETECTRON2}+{v}", DETECTRON2, o)
                  for v, o in DETECTRON2_VARIANTS.items()]
-    variants += family.family_contenders()
+    variants += family.family_contenders() + family_designed.designed_contenders()
     return OrderedDict((c.name, c) for c in [*main, *variants])
 
 
@@ -88,10 +88,17 @@ def family_names() -> List[str]:
                                              if c.name != family.NAS_HEAD_DCN)]
 
 
+def designed_names() -> List[str]:
+    """The rows of the members as designed (``--contenders designed``, issue 62): FCOS's
+    head first, then ``family_designed.MAIN_ROWS`` (the searched and random rows are
+    trained by ``search_check compare``'s command)."""
+    return [family.FCOS_HEAD, *family_designed.MAIN_ROWS]
+
+
 def default_contenders(names: List[str], regime: str) -> List[str]:
     """The contenders of ``--contenders all`` in `regime` among `names` (the family's by
-    ``--contenders family`` only)."""
-    members = {c.name for c in family.family_contenders()}
+    ``--contenders family`` or ``designed`` only)."""
+    members = {c.name for c in family.family_contenders() + family_designed.designed_contenders()}
     return [n for n in names
             if n not in members and (regime != "shapes" or n not in ADDED_WITH_THIN)]
 

@@ -128,7 +128,7 @@ def family_cost_estimate(args, argv: List[str]) -> str:
     import fcos_d2  # noqa: F401  (before detectron2)
 
     chosen = catalog.family_names() if args.contenders in (["all"], ["family"]) \
-        else args.contenders
+        else catalog.designed_names() if args.contenders == ["designed"] else args.contenders
     measured = family_costs.measure(chosen, args.family_costs, args.threads_per_cost)
     for record in family_costs.cost_records(measured, args.family_costs, args.threads_per_cost,
                                             f"python -m {MODULE} {shlex.join(argv)}"):
@@ -175,8 +175,10 @@ def main(argv: Optional[List[str]] = None) -> None:
     if printed is not None:
         print(printed)
         return
+    groups = {"family": catalog.family_names, "designed": catalog.designed_names}
     chosen = catalog.default_contenders(names, args.regime) if args.contenders == ["all"] \
-        else catalog.family_names() if args.contenders == ["family"] else args.contenders
+        else groups[args.contenders[0]]() if args.contenders[0] in groups \
+        and len(args.contenders) == 1 else args.contenders
     unknown = [c for c in chosen if c not in names]
     if unknown:
         parser.error(f"unknown contenders {unknown}; --list prints the names")
@@ -193,8 +195,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="shapes: 128-px shapes, 6 classes (default); thin: 256-352 px "
                              "images, 10 classes of thin and filled objects")
     parser.add_argument("--contenders", nargs="+", default=["all"],
-                        help="names as --list prints them, 'all', or 'family' (FCOS's head, "
-                             "Faster R-CNN, RetinaNet, NAS-FCOS's and FAD's rows)")
+                        help="names as --list prints them, 'all', 'family' (FCOS's head, "
+                             "Faster R-CNN, RetinaNet, NAS-FCOS's and FAD's rows) or "
+                             "'designed' (FCOS's head and the members as designed)")
     parser.add_argument("--seeds", nargs="+", type=int,
                         help="default: the regime's (shapes 0 1 2, thin 0 1 2 3 4)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at once, one thread each")

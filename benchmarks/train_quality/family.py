@@ -7,10 +7,11 @@ What each changes on top of the recipe config (everything else, the ``MODEL.FCOS
 formulation included, is the recipe's, so a row differs from FCOS's by its FPN or head):
 
 - ``nas-fcos fpn``: NAS-FCOS's FPN (published graph) under FCOS's head;
-  ``nas-fcos fpn+head``: with the published head too. On this CPU the published graph's
+  ``nas-fcos fpn+head``: with the published head too. In these rows the published graph's
   deformable convs are separable 3x3 convs, as in ``configs/NAS-FCOS/quickstart.yaml``
-  (torchvision's ``deform_conv2d`` costs ~17x a 3x3 conv's time there); ``nas-fcos
-  fpn+head dcn`` keeps them (the published genotype exactly).
+  (torchvision's CPU ``deform_conv2d`` made them too slow when they ran); ``nas-fcos
+  fpn+head dcn`` keeps them (the published genotype exactly), as do the rows of
+  ``family_designed.py`` (the members as designed, issue 62).
 - ``nas-fcos searched`` (and ``top-2``, ``random-1``, ``random-2``): the genotypes of
   ``genotypes/nas_fcos_*.yaml``, found by the search commands their files name, with their
   deformable convs separable 3x3 convs as the published graph's (``without_dcn``).
@@ -18,7 +19,8 @@ formulation included, is the recipe's, so a row differs from FCOS's by its FPN o
   of ``genotypes/fad_searched.log`` (written by the search its header names); ``fad
   random-1`` / ``random-2``: genotypes drawn from FAD's space
   (``fad.genotypes.random_genotype``). One cell a tower, as
-  ``configs/FAD/FAD-tiny-train.yaml`` trains on a CPU (FAD: two), and 64 channels an edge
+  ``configs/FAD/FAD-tiny-train.yaml`` trains on a CPU (FAD: two, as in
+  ``family_designed.py``'s two-cell rows), and 64 channels an edge
   (FAD: 96; the tiny config's 32 make GroupNorm(32) one channel a group, which fails on
   the recipe's 1x1 P7 at batch 1).
 - ``detectron2 retinanet``: detectron2's RetinaNet on the same trunk and FPN levels, its
@@ -62,13 +64,15 @@ CPU_HEAD_GENOTYPE = ["sep_conv_3x3", "conv3x3", "sep_conv_3x3", "conv1x1", "skip
                      "skip_connect"]
 
 
-def nas_fcos_overrides(fpn: Sequence, head: Sequence, share_index: int = 0) -> List:
+def nas_fcos_overrides(fpn: Sequence, head: Sequence, share_index: int = 0,
+                       channels: int = 128) -> List:
     """The keys that make the recipe NAS-FCOS with genotype (`fpn`, `head`, `share_index`)
-    at the recipe's FPN width; ``head == []``: FCOS's head on the searched FPN."""
+    at `channels` (default: the recipe's FPN width); ``head == []``: FCOS's head on the
+    searched FPN."""
     return ["MODEL.META_ARCHITECTURE", "NASFCOS",
             "MODEL.BACKBONE.NAME", "build_nas_fcos_backbone",
             "MODEL.RESNETS.OUT_FEATURES", ["res2", "res3", "res4", "res5"],
-            "MODEL.NAS_FCOS.CHANNELS", 128,  # the recipe's MODEL.FPN.OUT_CHANNELS
+            "MODEL.NAS_FCOS.CHANNELS", channels,  # 128: the recipe's MODEL.FPN.OUT_CHANNELS
             "MODEL.NAS_FCOS.FPN_GENOTYPE", [list(c) for c in fpn],
             "MODEL.NAS_FCOS.HEAD_GENOTYPE", list(head),
             "MODEL.NAS_FCOS.HEAD_SHARE_INDEX", share_index,
@@ -102,38 +106,45 @@ def without_dcn(fpn: Sequence, head: Sequence):
 class NASFCOSContender(FcosD2Contender):
     """NAS-FCOS (META_ARCH ``NASFCOS``) of a genotype on the recipe's trunk: given, or read
     from a genotype file when the contender first makes a config (so a missing file fails
-    only the runs that need it)."""
+    only the runs that need it; its deformable convs separable ones unless `dcn`);
+    `extra`: further keys after the genotype's."""
 
     def __init__(self, name: str, genotype_file: str = "", fpn: Sequence = (),
-                 head: Sequence = (), share_index: int = 0):
-        super().__init__(name, nas_fcos_overrides(fpn, head, share_index) if fpn else ())
-        self.genotype_file = genotype_file
+                 head: Sequence = (), share_index: int = 0, dcn: bool = False,
+                 extra: Sequence = ()):
+        super().__init__(name, [*nas_fcos_overrides(fpn, head, share_index), *extra]
+                         if fpn else ())
+        self.genotype_file, self.dcn, self.extra = genotype_file, dcn, list(extra)
 
     def config(self, seed: int, output_dir: str, opts: Sequence = (), regime: str = "shapes",
                step: Sequence = ()):
         if self.genotype_file and not self.overrides:
             value = read_nas_genotype(GENOTYPES / self.genotype_file)
-            fpn, head = without_dcn(value["FPN_GENOTYPE"], value["HEAD_GENOTYPE"])
-            self.overrides = nas_fcos_overrides(fpn, head, value["HEAD_SHARE_INDEX"])
+            fpn, head = value["FPN_GENOTYPE"], value["HEAD_GENOTYPE"]
+            if not self.dcn:
+                fpn, head = without_dcn(fpn, head)
+            self.overrides = [*nas_fcos_overrides(fpn, head, value["HEAD_SHARE_INDEX"]),
+                              *self.extra]
         return super().config(seed, output_dir, opts, regime, step)
 
 
-def fad_overrides(genotypes: Sequence = ()) -> List:
-    """The keys that make the recipe FAD (one cell a tower, as FAD-tiny-train.yaml, 64
-    channels an edge); `genotypes`: further keys choosing them (none: the paper's)."""
+def fad_overrides(genotypes: Sequence = (), cells: int = 1) -> List:
+    """The keys that make the recipe FAD (`cells` a tower: 1 as FAD-tiny-train.yaml, FAD's
+    2; 64 channels an edge); `genotypes`: further keys choosing them (none: the paper's)."""
     return ["MODEL.META_ARCHITECTURE", "FAD",
             "MODEL.FAD.NUM_CHANNELS_BOX", 64, "MODEL.FAD.NUM_CHANNELS_CLS", 64,
-            "MODEL.FAD.NUM_CELLS_BOX", 1, "MODEL.FAD.NUM_CELLS_CLS", 1,
+            "MODEL.FAD.NUM_CELLS_BOX", cells, "MODEL.FAD.NUM_CELLS_CLS", cells,
             "MODEL.FCOS.CHANNELS_LAST", False, *genotypes]
 
 
-def fad_random_overrides(seed: int) -> List:
+def fad_random_overrides(seed: int, cells: int = 1) -> List:
     """FAD with box and classification genotypes drawn from its space with `seed`
-    (``random_genotype(3, seed)`` and ``(3, seed + 100)``)."""
+    (``random_genotype(3, seed)`` and ``(3, seed + 100)``), `cells` a tower."""
     from fcos_d2.modeling.fad.genotypes import random_genotype, to_config_value
 
     return fad_overrides(["MODEL.FAD.GENO_BOX", to_config_value(random_genotype(3, seed)),
-                          "MODEL.FAD.GENO_CLS", to_config_value(random_genotype(3, seed + 100))])
+                          "MODEL.FAD.GENO_CLS", to_config_value(random_genotype(3, seed + 100))],
+                         cells)
 
 
 class RetinaNetContender(Contender):

@@ -140,8 +140,9 @@ def test_the_family_table_joins_ap_over_seeds_with_the_latest_costs(tmp_path):
     costs = [_record("family_costs", None, {"params_M": m, "gflops": 0.5, "latency_ms": 7.0},
                      {}, {"contender": family.NAS_HEAD}) for m in (1.0, 2.0)]
     rows = family_tables.family_rows(list(enumerate(quality, 1)), list(enumerate(costs, 1)))
-    assert rows == [[family.NAS_HEAD, "0, 1", "12.0 / 2.8", "10.0-14.0", "24.0", "0.200",
-                     "2.00", "0.500", "7.0", "bbbbbbb", "CPU", "1, 2; 2"]]
+    assert rows == [[family.NAS_HEAD, "0, 1", "12.0 / 2.8", "10.0-14.0", "24.0", "0.200", "",
+                     "2.00", "0.500", "7.0", "no FCOS row with costs", "bbbbbbb", "CPU",
+                     "1, 2; 2"]]
 
 
 def test_the_family_block_of_a_readme_is_replaced_and_a_missing_marker_named(tmp_path):
@@ -181,5 +182,44 @@ def test_a_contender_with_costs_but_no_run_gets_its_costs_alone():
     costs = [_record("family_costs", None, {"params_M": 1.0, "gflops": 0.5, "latency_ms": 7.0},
                      {}, {"contender": family.NAS_HEAD_DCN})]
     (row,) = family_tables.family_rows([], list(enumerate(costs, 1)))
-    assert row[0] == f"{family.NAS_HEAD_DCN} (not trained)" and row[1:6] == [""] * 5
-    assert row[6:9] == ["1.00", "0.500", "7.0"] and row[-1] == "; 1"
+    assert row[0] == f"{family.NAS_HEAD_DCN} (not trained)" and row[1:7] == [""] * 6
+    assert row[7:10] == ["1.00", "0.500", "7.0"] and row[-1] == "; 1"
+
+
+def test_equal_flops_reading_compares_ap_only_up_to_the_tolerance():
+    assert family_tables.equal_flops_reading(6.0, 1.05, 5.5, 1.0) == \
+        "1.05x FCOS's GFLOPs, +0.5 AP: reaches FCOS's AP"
+    assert family_tables.equal_flops_reading(5.0, 0.5, 5.5, 1.0) == \
+        "0.50x FCOS's GFLOPs, -0.5 AP: below FCOS's AP"
+    assert family_tables.equal_flops_reading(9.0, 1.2, 5.5, 1.0) == \
+        "1.20x FCOS's GFLOPs: no equal-FLOPs reading"
+    assert family_tables.equal_flops_reading(9.0, 1.0, None, None) == "no FCOS row with costs"
+
+
+def test_a_longer_schedule_gets_its_own_table_with_training_seconds_and_the_reading(tmp_path):
+    schedule = ["SOLVER.MAX_ITER", "4800", "SOLVER.STEPS", "(4000,)"]
+
+    def run(name, seed, ap, seconds, overrides):
+        record = _record("train_quality", seed, {"AP": ap, "AP50": ap},
+                         {"seconds_per_iteration": seconds / 4800, "train_seconds": seconds},
+                         {"contender": name, "iterations": 4800 if overrides else 600})
+        return {**record, "overrides": overrides}
+
+    quality = [run(family.FCOS_HEAD, 0, 20.0, 1000.0, schedule),
+               run(family.FAD_PAPER, 0, 21.0, 1200.0, schedule),
+               run(family.FAD_PAPER, 1, 23.0, 1400.0, schedule),
+               run(family.FAD_PAPER, 0, 5.0, 200.0, []),
+               run(family.FAD_PAPER, 2, 99.0, 1.0, ["MODEL.FCOS.PRIOR_PROB", "0.1"])]
+    costs = [_record("family_costs", None, {"params_M": 1.0, "gflops": g, "latency_ms": 7.0}, {},
+                     {"contender": name}) for name, g in ((family.FCOS_HEAD, 1.0),
+                                                          (family.FAD_PAPER, 0.9))]
+    numbered = list(enumerate(quality, 1))
+    assert family_tables.longer_schedules(numbered) == [4800]
+    fcos, fad = family_tables.family_rows(numbered, list(enumerate(costs, 1)), 4800)
+    assert fcos[0] == family.FCOS_HEAD and fcos[10] == "the reference"
+    assert fad[1:3] == ["0, 1", "22.0 / 1.4"] and fad[6] == "1300"  # not the other runs
+    assert fad[10] == "0.90x FCOS's GFLOPs, +2.0 AP: reaches FCOS's AP"
+    for name, records in (("train_quality", quality), ("family_costs", costs)):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    doc = family_tables.family_doc(tmp_path)
+    assert "## At 4800 iterations" in doc and doc.count("| contender |") == 2

@@ -417,9 +417,11 @@ def test_each_recipe_variant_changes_exactly_the_keys_it_names_on_the_recipe(var
 
 
 def family_order():
+    """The family's rows: family.py's and the members as designed (family_designed.py)."""
     from benchmarks.train_quality.family import FAMILY_ORDER
+    from benchmarks.train_quality.family_designed import DESIGNED_ORDER
 
-    return FAMILY_ORDER
+    return [*FAMILY_ORDER, *DESIGNED_ORDER]
 
 
 def test_all_of_the_shapes_regime_is_todays_contenders_and_thin_runs_every_one():

@@ -98,3 +98,28 @@ def test_weight_step_changes_only_the_weights():
     weight_step([model.w], [model.alpha], optimizer, lambda: model.loss(xt, yt), clip_norm=5.0)
     assert torch.equal(model.alpha, alpha) and model.alpha.grad is None
     assert not torch.equal(model.w, w)
+
+
+def test_second_order_gradient_steps_each_weight_at_its_groups_lr():
+    """FAD's groups: the bias at 2x the lr. The unrolled step moves each weight by its own
+    lr, and the gradient through it is autograd's exact one."""
+    model, ((xt, yt), (xv, yv)) = Tiny(), _batches()
+    model.b = nn.Parameter(torch.full((3,), 0.1, dtype=torch.float64))
+    loss = lambda x, y, w=None, b=None: ((torch.tanh(x @ (model.w if w is None else w).T  # noqa: E731
+                                                     + (model.b if b is None else b))
+                                          * F.softmax(model.alpha, 0)).sum(1) - y).pow(2).mean()
+    lr = 0.1
+    optimizer = torch.optim.SGD([{"params": [model.w], "lr": lr},
+                                 {"params": [model.b], "lr": 2 * lr, "weight_decay": 0.0}],
+                                lr=lr, weight_decay=0.05)
+    gw, gb = torch.autograd.grad(loss(xt, yt), [model.w, model.b], create_graph=True)
+    w_unrolled = model.w - lr * (gw + 0.05 * model.w)
+    b_unrolled = model.b - 2 * lr * gb
+    exact = torch.autograd.grad(loss(xv, yv, w_unrolled, b_unrolled), model.alpha)[0]
+    estimate = unrolled_alpha_grads(model, [model.w, model.b], [model.alpha],
+                                    lambda: loss(xt, yt), lambda: loss(xv, yv), optimizer,
+                                    None)[0]
+    torch.testing.assert_close(estimate, exact, rtol=1e-3, atol=1e-8)
+    one_lr = unrolled_alpha_grads(model, [model.w, model.b], [model.alpha],
+                                  lambda: loss(xt, yt), lambda: loss(xv, yv), optimizer, lr)[0]
+    assert not torch.allclose(one_lr, exact, rtol=1e-3, atol=1e-8)  # the groups matter

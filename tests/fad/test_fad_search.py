@@ -115,3 +115,54 @@ def test_second_order_step_on_the_supernet_changes_only_architecture_weights(str
                                  weight_optimizer=search.weight_optimizer, lr=0.004)
     after = search.model.state_dict()
     assert {k for k in before if not torch.equal(before[k], after[k])} == names
+
+
+def test_the_r50_search_trains_biases_at_twice_the_lr_without_decay_and_clips_at_20(tmp_path):
+    from detectron2.config import get_cfg
+    from torch import nn
+
+    from fcos_d2 import add_fcos_config
+
+    cfg = get_cfg()
+    add_fcos_config(cfg)
+    cfg.merge_from_file("configs/FAD/FAD-R50-search.yaml")
+    assert cfg.SOLVER.CLIP_GRADIENTS.CLIP_VALUE == 20.0
+    model = nn.Sequential(nn.Conv2d(1, 2, 1), nn.GroupNorm(1, 2))
+    groups = fad_search.weight_groups(model, list(model.parameters()), cfg.SOLVER)
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert [[names[id(p)] for p in g["params"]] for g in groups] == [["0.weight", "1.weight"],
+                                                                      ["0.bias", "1.bias"]]
+    assert [(g["lr"], g["weight_decay"]) for g in groups] == [(0.004, 1e-4), (0.008, 0.0)]
+    tiny = tiny_cfg(tmp_path)
+    (group,) = fad_search.weight_groups(model, [model[0].bias], tiny.SOLVER)
+    assert (group["lr"], group["weight_decay"]) == (0.004, 1e-4)  # the tiny search: DARTS's
+
+
+def test_the_search_starts_from_model_weights_then_a_trained_bottom_up(tmp_path):
+    from detectron2.modeling import build_model
+
+    # MODEL.WEIGHTS: a whole supernet of another seed; BOTTOM_UP_WEIGHTS: a trained
+    # detector (FCOS on the same trunk) whose bottom-up then replaces the supernet's
+    cfg = tiny_cfg(tmp_path / "a")
+    torch.manual_seed(123)
+    start = build_model(cfg)
+    torch.save({"model": start.state_dict()}, tmp_path / "start.pth")
+    fcos_cfg = cfg.clone()
+    fcos_cfg.defrost()
+    fcos_cfg.MODEL.META_ARCHITECTURE = "FCOS"
+    trained = build_model(fcos_cfg)
+    with torch.no_grad():
+        for tensor in trained.backbone.bottom_up.state_dict().values():
+            if tensor.is_floating_point():
+                tensor.uniform_(0.5, 1.5)
+    torch.save({"model": trained.state_dict()}, tmp_path / "trained.pth")
+    search = fad_search.Search(tiny_cfg(
+        tmp_path / "b", "MODEL.WEIGHTS", str(tmp_path / "start.pth"),
+        "MODEL.FAD.SEARCH.BOTTOM_UP_WEIGHTS", str(tmp_path / "trained.pth")))
+    got = search.model.state_dict()
+    bottom_up = {f"backbone.bottom_up.{k}": v
+                 for k, v in trained.backbone.bottom_up.state_dict().items()}
+    for key, value in start.state_dict().items():
+        expected = bottom_up.get(key, value)
+        torch.testing.assert_close(got[key], expected, rtol=0, atol=0, msg=key)
+    assert len(bottom_up) > 20 and all(k in got for k in bottom_up)

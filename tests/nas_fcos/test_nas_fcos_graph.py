@@ -138,3 +138,37 @@ def test_share_index_zero_shares_every_layer_and_centerness_reads_the_cls_tower(
     assert head.cls_shared[0][0].weight.grad is not None
     assert head.reg_shared[0][0].weight.grad is None
     assert all((r > 0).all() for r in regression)  # exp(scale * x)
+
+
+def test_centerness_on_reg_changes_only_where_centerness_is_predicted():
+    ops = HeadGenotype(("conv3x3", "conv1x1"), 0)
+    shapes = [ShapeSpec(channels=32)] * 2
+    torch.manual_seed(0)
+    on_cls = NASFCOSHead(input_shape=shapes, num_classes=2, genotype=ops)
+    on_reg = NASFCOSHead(input_shape=shapes, num_classes=2, genotype=ops,
+                         centerness_on_reg=True)
+    assert on_reg.state_dict().keys() == on_cls.state_dict().keys()  # the same parameters
+    on_reg.load_state_dict(on_cls.state_dict())
+    nn.init.normal_(on_cls.centerness.weight)  # a predictor that tells the towers apart
+    on_reg.centerness.weight.data.copy_(on_cls.centerness.weight)
+    features = [torch.randn(1, 32, 4, 4), torch.randn(1, 32, 2, 2)]
+    (logits_c, reg_c, ctr_c), (logits_r, reg_r, ctr_r) = on_cls(features), on_reg(features)
+    for a, b in zip(logits_c + reg_c, logits_r + reg_r):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)  # the same logits and boxes
+    for level, feature in enumerate(features):
+        reg_tower = on_cls._run(on_cls.reg_shared, feature)
+        cls_tower = on_cls._run(on_cls.cls_shared, feature)
+        torch.testing.assert_close(ctr_r[level], on_cls.centerness(reg_tower))
+        torch.testing.assert_close(ctr_c[level], on_cls.centerness(cls_tower))
+        assert not torch.allclose(ctr_r[level], ctr_c[level])
+
+
+def test_the_centerness_key_reaches_the_head():
+    from detectron2.config import get_cfg
+
+    cfg = get_cfg()
+    fcos_d2.add_fcos_config(cfg)
+    cfg.merge_from_file(fcos_d2.get_config_file("NAS-FCOS/quickstart.yaml"))
+    assert cfg.MODEL.NAS_FCOS.CENTERNESS_ON_REG is False  # the authors' placement
+    cfg.MODEL.NAS_FCOS.CENTERNESS_ON_REG = True
+    assert NASFCOSHead(cfg, [ShapeSpec(channels=64)] * 3).centerness_on_reg is True

@@ -1,11 +1,12 @@
 """The two steps of FAD's bilevel (DARTS) search, on the current network.
 
 Symbols: w the weights, a the architecture weights, L_trn and L_val the detection loss on
-a batch of the training split and of the architecture split, xi the weights' learning rate.
+a batch of the training split and of the architecture split, xi the weights' learning rate
+(per weight: its parameter group's).
 
 * :func:`weight_step`: SGD on w with L_trn (the architecture weights' gradients dropped);
 * :func:`architecture_step`: Adam on a with dL_val/da (first order), or with the unrolled
-  gradient dL_val(w', a)/da - xi * d2 L_trn(w, a)/(da dw) . dL_val(w', a)/dw' at
+  gradient dL_val(w', a)/da - d2 L_trn(w, a)/(da dw) . (xi * dL_val(w', a)/dw') at
   w' = w - xi * (momentum + dL_trn/dw + weight decay * w) (second order), whose
   Hessian-vector product is the central difference of :func:`finite_difference_hvp`.
 
@@ -14,7 +15,7 @@ leaves both as they were (BatchNorm statistics do not learn from the architectur
 the architecture step changes the architecture weights only.
 """
 from contextlib import contextmanager
-from typing import Callable, Iterator, List, Sequence
+from typing import Callable, Iterator, List, Optional, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -67,26 +68,38 @@ def finite_difference_hvp(loss_fn: LossFn, weights: Sequence[Tensor], alphas: Se
     return [(plus - minus) / (2 * eps) for plus, minus in zip(*grads)]
 
 
+def step_sizes(weights: Sequence[Tensor], optimizer: torch.optim.Optimizer,
+               lr: Optional[float]) -> List[float]:
+    """Each weight's step size xi: ``lr`` for all, or (None) its group's current lr in
+    ``optimizer`` (FAD's groups: biases at twice the lr)."""
+    if lr is not None:
+        return [lr] * len(weights)
+    groups = {id(p): g for g in optimizer.param_groups for p in g["params"]}
+    return [groups[id(w)]["lr"] for w in weights]
+
+
 def virtual_step(weights: Sequence[Tensor], grads: Sequence[Tensor],
-                 optimizer: torch.optim.Optimizer, lr: float) -> None:
-    """w <- w - lr * (momentum * buffer + g + weight decay * w), one step of the SGD
-    ``optimizer`` (its momentum and weight decay per group) without touching its state."""
+                 optimizer: torch.optim.Optimizer, lr: Optional[float]) -> None:
+    """w <- w - xi * (momentum * buffer + g + weight decay * w), one step of the SGD
+    ``optimizer`` (its momentum and weight decay per group; xi per ``step_sizes``) without
+    touching its state."""
     settings = {id(p): g for g in optimizer.param_groups for p in g["params"]}
     with torch.no_grad():
-        for w, g in zip(weights, grads):
+        for w, g, xi in zip(weights, grads, step_sizes(weights, optimizer, lr)):
             group = settings[id(w)]
             buffer = optimizer.state.get(w, {}).get("momentum_buffer")
             step = g + group.get("weight_decay", 0.0) * w
             if buffer is not None:
                 step = step + group.get("momentum", 0.0) * buffer
-            w.sub_(lr * step)
+            w.sub_(xi * step)
 
 
 def unrolled_alpha_grads(model: nn.Module, weights: Sequence[Tensor], alphas: Sequence[Tensor],
                          train_loss: LossFn, val_loss: LossFn,
-                         optimizer: torch.optim.Optimizer, lr: float,
+                         optimizer: torch.optim.Optimizer, lr: Optional[float],
                          reduce: Reduce = _no_reduce) -> List[Tensor]:
-    """Second-order DARTS: dL_val(w', a)/da - lr * HVP, all on the current network.
+    """Second-order DARTS: dL_val(w', a)/da - HVP(xi * dL_val/dw'), all on the current
+    network, xi each weight's step size (``step_sizes``: ``lr``, or its group's lr).
 
     With several workers, ``reduce`` averages the weights' gradient of the virtual step and
     dL_val/dw' before they are used, so that every worker steps to the same w' and
@@ -99,18 +112,21 @@ def unrolled_alpha_grads(model: nn.Module, weights: Sequence[Tensor], alphas: Se
         grads = _grads(val_loss(), [*alphas, *weights])
     dalpha, dw = grads[:len(alphas)], grads[len(alphas):]
     reduce(dw)
+    scaled = [xi * d for xi, d in zip(step_sizes(weights, optimizer, lr), dw)]
     with kept_state(model, weights):
-        hvp = finite_difference_hvp(train_loss, weights, alphas, dw)
-    return [da - lr * h for da, h in zip(dalpha, hvp)]
+        hvp = finite_difference_hvp(train_loss, weights, alphas, scaled)
+    return [da - h for da, h in zip(dalpha, hvp)]
 
 
 def architecture_step(model: nn.Module, weights: Sequence[Tensor], alphas: Sequence[Tensor],
                       arch_optimizer: torch.optim.Optimizer, val_loss: LossFn, *,
                       second_order: bool = False, train_loss: LossFn = None,
-                      weight_optimizer: torch.optim.Optimizer = None, lr: float = 0.0,
+                      weight_optimizer: torch.optim.Optimizer = None,
+                      lr: Optional[float] = None,
                       reduce: Reduce = _no_reduce) -> None:
-    """One Adam step of the architecture weights (first or second order); ``reduce``
-    averages the gradients over workers in place. Weights and buffers stay as they were."""
+    """One Adam step of the architecture weights (first or second order; ``lr`` None: each
+    weight's group lr in ``weight_optimizer``); ``reduce`` averages the gradients over
+    workers in place. Weights and buffers stay as they were."""
     if second_order:
         grads = unrolled_alpha_grads(model, weights, alphas, train_loss, val_loss,
                                      weight_optimizer, lr, reduce)

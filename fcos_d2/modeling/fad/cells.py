@@ -1,5 +1,6 @@
 """FAD's cells: the search cell (every edge a softmax-mixed operation), the derived cell
-(one operation per edge, from a genotype), the towers they make, and the derivation rule.
+(one operation per edge, from a genotype), the towers they make, and the derivation rule
+(DARTS's, on the mixing weights; FAD's code ranks the raw alphas).
 
 Symbols: N images, F the feature channels (256), C the channels of an edge's operation,
 n nodes a cell, H x W the feature size. A cell takes two states (N, F, H, W) and returns
@@ -100,9 +101,12 @@ class SearchTower(nn.Module):
 
 
 def derive_genotype(weights: Sequence[Tensor], edges_per_node: int = 2) -> Genotype:
-    """FAD's (DARTS's) derivation: for each node, the ``edges_per_node`` incoming edges
-    whose best operation other than "none" has the largest weight, each with that
-    operation, strongest first.
+    """DARTS's derivation rule on the mixing weights: for each node, the
+    ``edges_per_node`` incoming edges whose best operation other than "none" has the
+    largest weight, each with that operation, strongest first. FAD's code applies the same
+    rule to the raw architecture weights instead; the softmax keeps each edge's order of
+    operations but not the order across edges (configs/FAD/README.md lists the
+    difference).
 
     Args:
         weights: per node i, (i + 2, len(PRIMITIVES)) mixing weights (softmax of the

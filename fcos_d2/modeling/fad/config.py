@@ -59,6 +59,9 @@ def add_fad_config(cfg: CN) -> None:
     _C.SEARCH.SECOND_ORDER = False
     # Seed of the split, the batches and the augmentation (a search resumes exactly).
     _C.SEARCH.SEED = 0
+    # A trained detector's checkpoint whose backbone.bottom_up.* start the supernet's
+    # bottom-up (after MODEL.WEIGHTS), e.g. the recipe's model_final.pth; "" for none.
+    _C.SEARCH.BOTTOM_UP_WEIGHTS = ""
 
     # The architecture weights' Adam (DARTS's and FAD's: lr 3e-4, betas (0.5, 0.999),
     # weight decay 1e-3). Not in the weights' optimizer.
@@ -142,6 +145,7 @@ def search_options(cfg: CN) -> Dict[str, Any]:
     return {"repshare": search.REPSHARE, "second_order": search.SECOND_ORDER,
             "arch_split": search.ARCH_SPLIT, "genotype_period": search.GENOTYPE_PERIOD,
             "num_cells": search.NUM_CELLS, "seed": search.SEED,
+            "bottom_up_weights": search.BOTTOM_UP_WEIGHTS,
             "arch_lr": solver.ARCH_BASE_LR, "arch_betas": tuple(solver.ARCH_BETAS),
             "arch_weight_decay": solver.ARCH_WEIGHT_DECAY}
 

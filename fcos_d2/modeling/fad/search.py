@@ -39,6 +39,8 @@ from detectron2.utils import comm
 from detectron2.utils.events import EventStorage
 from detectron2.utils.logger import setup_logger
 
+from ...checkpoint import FCOSCheckpointer
+from ...checkpoint.parts import load_bottom_up
 from ...config import add_fcos_config
 from ...data import FCOSDatasetMapper, prepare_dataset
 from ...progress import Progress
@@ -132,6 +134,32 @@ def average_buffers(model: torch.nn.Module) -> None:
     average_over_workers([b for b in model.buffers() if b.is_floating_point()])
 
 
+def load_start_weights(model: torch.nn.Module, cfg, bottom_up_weights: str) -> None:
+    """The supernet's starting weights: MODEL.WEIGHTS (e.g. the R-50 search's ImageNet
+    backbone; the entries that fit, as train_net.py loads them), then the bottom-up of a
+    trained detector (MODEL.FAD.SEARCH.BOTTOM_UP_WEIGHTS, every tensor)."""
+    if cfg.MODEL.WEIGHTS:
+        FCOSCheckpointer.from_config(cfg, model, reinit_mismatched=True).load(cfg.MODEL.WEIGHTS)
+    if bottom_up_weights:
+        count = load_bottom_up(model.backbone.bottom_up, bottom_up_weights)
+        logger.info(f"FAD search: the bottom-up's {count} tensors from {bottom_up_weights}")
+
+
+def weight_groups(model: torch.nn.Module, weights: Sequence[torch.Tensor], solver) -> List[dict]:
+    """The weights' SGD groups as FAD's (maskrcnn-benchmark's) optimizer makes them: every
+    parameter named "...bias" at BASE_LR * BIAS_LR_FACTOR with WEIGHT_DECAY_BIAS (None:
+    WEIGHT_DECAY), the others at BASE_LR with WEIGHT_DECAY; empty groups left out."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    biases = [w for w in weights if "bias" in names[id(w)]]
+    others = [w for w in weights if "bias" not in names[id(w)]]
+    decay_bias = solver.WEIGHT_DECAY if solver.WEIGHT_DECAY_BIAS is None \
+        else solver.WEIGHT_DECAY_BIAS
+    groups = [{"params": others, "lr": solver.BASE_LR, "weight_decay": solver.WEIGHT_DECAY},
+              {"params": biases, "lr": solver.BASE_LR * solver.BIAS_LR_FACTOR,
+               "weight_decay": decay_bias}]
+    return [g for g in groups if g["params"]]
+
+
 class Search:
     """The supernet, its two optimizers, the weights' schedule, the two batch streams and
     the record of the mixing weights; :meth:`run` alternates the steps."""
@@ -140,13 +168,14 @@ class Search:
         self.cfg, self.options = cfg, search_options(cfg)
         torch.manual_seed(self.options["seed"])  # the same initial weights on every worker
         self.model = build_model(cfg)
+        load_start_weights(self.model, cfg, self.options["bottom_up_weights"])
         self.model.train()
         self.alphas = architecture_parameters(self.model)
         self.weights = weight_parameters(self.model)
         solver = cfg.SOLVER
-        self.weight_optimizer = torch.optim.SGD(self.weights, lr=solver.BASE_LR,
-                                                momentum=solver.MOMENTUM,
-                                                weight_decay=solver.WEIGHT_DECAY)
+        self.weight_optimizer = torch.optim.SGD(
+            weight_groups(self.model, self.weights, solver), lr=solver.BASE_LR,
+            momentum=solver.MOMENTUM, weight_decay=solver.WEIGHT_DECAY)
         self.arch_optimizer = torch.optim.Adam(self.alphas, lr=self.options["arch_lr"],
                                                betas=self.options["arch_betas"],
                                                weight_decay=self.options["arch_weight_decay"])
@@ -176,7 +205,7 @@ class Search:
                           lambda: self.loss(arch_batch),
                           second_order=self.options["second_order"],
                           train_loss=lambda: self.loss(train_batch),
-                          weight_optimizer=self.weight_optimizer, lr=lr,
+                          weight_optimizer=self.weight_optimizer, lr=None,
                           reduce=average_over_workers)
         loss = weight_step(self.weights, self.alphas, self.weight_optimizer,
                            lambda: self.loss(train_batch), self.clip_norm,

@@ -35,3 +35,6 @@ def add_nas_fcos_config(cfg: CN) -> None:
     # Layers of HEAD_GENOTYPE below this index have separate weights per level; the rest
     # are shared by all levels (published: 0, all shared).
     _C.HEAD_SHARE_INDEX = PUBLISHED_HEAD.share_index
+    # Predict centerness from the searched head's regression tower (FCOS-imprv's place)
+    # instead of its classification tower (the authors'); lets a row change one thing.
+    _C.CENTERNESS_ON_REG = False

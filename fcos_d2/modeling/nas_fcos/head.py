@@ -6,7 +6,9 @@ S the share index.
 The classification and regression towers apply the genotype's operations in turn, each
 tower with its own weights. Layers below S have separate weights per level
 (``cls_split[level][j]``); layers from S on are shared by all levels (``cls_shared[j - S]``).
-3x3 predictors follow; centerness is predicted from the classification tower. Outputs
+3x3 predictors follow; centerness is predicted from the classification tower, as the
+authors' head does, or from the regression tower with ``centerness_on_reg`` (FCOS-imprv's
+placement, so that a comparison with FCOS's head can change one thing at a time). Outputs
 follow ``FCOSHead``'s contract, so ``FCOSBase`` decodes and trains them unchanged.
 """
 import math
@@ -38,7 +40,7 @@ class NASFCOSHead(nn.Module):
     @configurable
     def __init__(self, *, input_shape: List[ShapeSpec], num_classes: int,
                  genotype: HeadGenotype, prior_prob: float = 0.01,
-                 reg_activation: str = "exp"):
+                 reg_activation: str = "exp", centerness_on_reg: bool = False):
         super().__init__()
         if reg_activation not in REG_ACTIVATIONS:
             raise ValueError(f"MODEL.FCOS.REG_ACTIVATION: unknown '{reg_activation}', expected "
@@ -50,6 +52,7 @@ class NASFCOSHead(nn.Module):
         channels = channels.pop()
         self.genotype = genotype
         self.reg_activation = reg_activation
+        self.centerness_on_reg = centerness_on_reg
         split, shared = genotype.ops[:genotype.share_index], genotype.ops[genotype.share_index:]
         self.cls_split = nn.ModuleList([_tower(split, channels) for _ in input_shape])
         self.reg_split = nn.ModuleList([_tower(split, channels) for _ in input_shape])
@@ -74,6 +77,7 @@ class NASFCOSHead(nn.Module):
             "genotype": parse_head_genotype(node.HEAD_GENOTYPE, node.HEAD_SHARE_INDEX),
             "prior_prob": fcos.PRIOR_PROB,
             "reg_activation": reg_activation,
+            "centerness_on_reg": node.CENTERNESS_ON_REG,
         }
 
     @staticmethod
@@ -92,7 +96,7 @@ class NASFCOSHead(nn.Module):
             cls_out = self._run(self.cls_shared, self._run(self.cls_split[level], feature))
             reg_out = self._run(self.reg_shared, self._run(self.reg_split[level], feature))
             logits.append(self.cls_logits(cls_out))
-            centerness.append(self.centerness(cls_out))
+            centerness.append(self.centerness(reg_out if self.centerness_on_reg else cls_out))
             box = self.scales[level](self.bbox_pred(reg_out))
             regression.append(_ACTIVATION_FUNCTIONS[self.reg_activation](box))
         return logits, regression, centerness

@@ -32,12 +32,19 @@ def argument_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config-file", default=get_config_file("NAS-FCOS/quickstart.yaml"),
                         help="a NASFCOS config; its bottom-up (MODEL.WEIGHTS) stays fixed")
     parser.add_argument("--dataset", default="synthetic_shapes_train")
+    parser.add_argument("--first-image", type=int, default=0,
+                        help="index of the first image used (e.g. past those the "
+                        "--bottom-up-weights model trained on)")
     parser.add_argument("--train-images", type=int, default=16)
     parser.add_argument("--val-images", type=int, default=8, help="held out, after them")
     parser.add_argument("--fpn-samples", type=int, default=16)
     parser.add_argument("--head-samples", type=int, default=8)
     parser.add_argument("--proxy-iterations", type=int, default=10,
                         help="training steps of each sampled decoder")
+    parser.add_argument("--bottom-up-weights", default="",
+                        help="a trained detector's checkpoint (e.g. the recipe's "
+                        "model_final.pth): its backbone.bottom_up.* become the fixed "
+                        "bottom-up; default: the config's initialisation")
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--lr", type=float, default=1e-3, help="AdamW lr of the proxy task")
     parser.add_argument("--channels", type=int, default=32,
@@ -78,12 +85,13 @@ def search(args: argparse.Namespace) -> Path:
     cfg.merge_from_list(args.opts)
     cfg.MODEL.DEVICE = "cpu"
     cfg.MODEL.NAS_FCOS.CHANNELS = args.channels
-    train = load_inputs(cfg, args.dataset, 0, args.train_images)
-    val = load_inputs(cfg, args.dataset, args.train_images, args.val_images)
+    train = load_inputs(cfg, args.dataset, args.first_image, args.train_images)
+    val = load_inputs(cfg, args.dataset, args.first_image + args.train_images, args.val_images)
     # The fixed bottom-up is built from the seed: the same in every worker and on --resume.
     torch.manual_seed(args.seed)
     proxy = ProxyTask(cfg, train, val, iterations=args.proxy_iterations,
-                      batch_size=args.batch_size, lr=args.lr)
+                      batch_size=args.batch_size, lr=args.lr,
+                      bottom_up_weights=args.bottom_up_weights)
     folder = Path(args.output)
     records = run_search(proxy, folder, fpn_samples=args.fpn_samples,
                          head_samples=args.head_samples, num_cells=args.num_cells,

@@ -2,6 +2,10 @@
 (FPN and head) trains briefly on cached bottom-up features of a small image subset and is
 rewarded with minus the sum of its detection losses on a held-out split.
 
+The bottom-up stays fixed: the config's initialisation (seeded), or a trained detector's
+(``bottom_up_weights``: e.g. the recipe's own ``model_final.pth``, so that decoders are
+rewarded on the features the trained model will give them).
+
 Symbols: N images of a batch, Ck the bottom-up features C2-C5.
 """
 from typing import Dict, List, Sequence, Tuple
@@ -14,6 +18,7 @@ from detectron2.structures import ImageList, Instances
 from detectron2.utils.events import EventStorage
 from torch import Tensor
 
+from ....checkpoint.parts import load_bottom_up
 from ...assignment import compute_locations
 from ..genotypes import FPNGenotype, HeadGenotype
 
@@ -36,10 +41,12 @@ class ProxyTask:
     """Trains decoders of ``cfg`` (a NASFCOS config) on cached features of fixed images."""
 
     def __init__(self, cfg, train: Sequence[dict], val: Sequence[dict], *, iterations: int,
-                 batch_size: int, lr: float):
+                 batch_size: int, lr: float, bottom_up_weights: str = ""):
         self.cfg, self.iterations, self.lr = cfg.clone(), iterations, lr
         model = build_model(self.cfg).eval()
-        self.bottom_up = model.backbone.bottom_up  # fixed: MODEL.WEIGHTS or its init
+        self.bottom_up = model.backbone.bottom_up  # fixed: its init or a trained one
+        if bottom_up_weights:
+            load_bottom_up(self.bottom_up, bottom_up_weights)
         self.pixel_mean, self.pixel_std = model.pixel_mean, model.pixel_std
         self.divisibility = model.backbone.size_divisibility
         self.train = self._cache(train, batch_size)

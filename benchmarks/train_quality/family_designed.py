@@ -1,0 +1,105 @@
+"""The family's members as designed (issue 62): rows that each change one thing.
+
+On top of ``family.py``'s rows (one FAD cell a tower; NAS-FCOS without its deformable
+convs), these keep what the authors train:
+
+- ``fad paper two-cell`` (and ``fad searched two-cell``, ``fad random-k two-cell``): FAD's
+  two cells a tower. 64 channels an edge, as ``family.py``'s FAD rows, so that the row
+  changes the cells only: FAD's ratio (96 of 256) would give 48 at the recipe's 128, which
+  GroupNorm(32) cannot split.
+- ``nas-fcos fpn dcn``: the published FPN with its 12 deformable convs under FCOS's head;
+  ``nas-fcos fpn+head dcn centerness-on-reg``: with the published head (4 more DCNs),
+  centerness on its regression tower as FCOS's recipe predicts it, so that from ``fpn
+  dcn`` it changes the towers only and against ``fpn+head dcn`` (``family.py``: the
+  authors' placement, the classification tower) the placement only.
+- ``nas-fcos fpn+head sep matched-params``: the published graph with separable 3x3 convs
+  in place of its DCNs at width ``SEP_MATCHED_CHANNELS``, the multiple of 32 whose model
+  has the parameters nearest the DCN model's (tested).
+- ``nas-fcos searched dcn`` / ``searched-trained dcn`` / ``random-k dcn``: the searched
+  genotypes with their DCNs kept (the operations the search chose), the search on the
+  recipe's trained bottom-up (``genotypes/nas_fcos_searched_trained.yaml``, written by the
+  command of configs/NAS-FCOS/README.md), and genotypes drawn uniformly from the space.
+"""
+from typing import Dict, List, Tuple
+
+from benchmarks.train_quality.contenders import Contender, FcosD2Contender
+from benchmarks.train_quality.family import (CPU_FPN_GENOTYPE, CPU_HEAD_GENOTYPE,
+                                             NAS_HEAD_DCN, NASFCOSContender, fad_overrides,
+                                             fad_random_overrides, _published_fpn,
+                                             _published_head)
+
+FAD_TWO_CELLS = 2  # FAD's cells a tower (MODEL.FAD.NUM_CELLS_BOX / CLS)
+FAD_PAPER_TWO, FAD_SEARCHED_TWO = "fad paper two-cell", "fad searched two-cell"
+FAD_RANDOM_TWO = {f"fad random-{k} two-cell": k for k in range(1, 7)}  # random_genotype seed
+NAS_FPN_DCN = "nas-fcos fpn dcn"
+NAS_HEAD_DCN_CTR_REG = "nas-fcos fpn+head dcn centerness-on-reg"
+NAS_SEP_MATCHED = "nas-fcos fpn+head sep matched-params"
+# 256: 15.03 M parameters against the DCN model's 15.30 M (224: 14.16 M, 288: 16.01 M)
+SEP_MATCHED_CHANNELS = 256
+NAS_SEARCHED_DCN, NAS_SEARCHED_TRAINED = "nas-fcos searched dcn", "nas-fcos searched-trained dcn"
+NAS_RANDOM_DCN = {f"nas-fcos random-{k} dcn": k for k in range(1, 7)}  # draw seed
+SEARCHED_TRAINED_FILE = "nas_fcos_searched_trained.yaml"
+# The searched rows and the 4 random rows each is compared with at 3 seeds
+# (benchmarks.train_quality.search_check compare); random rows 5 and 6 add architectures
+# to the proxy check (>= 8 a space) only
+SEARCH_COMPARISONS: Dict[str, List[str]] = {
+    NAS_SEARCHED_TRAINED: list(NAS_RANDOM_DCN)[:4], NAS_SEARCHED_DCN: list(NAS_RANDOM_DCN)[:4],
+    FAD_SEARCHED_TWO: list(FAD_RANDOM_TWO)[:4]}
+# The rows of --contenders designed (FCOS's head is added first): the members as designed
+MAIN_ROWS = [NAS_FPN_DCN, NAS_HEAD_DCN, NAS_HEAD_DCN_CTR_REG, NAS_SEP_MATCHED, FAD_PAPER_TWO]
+# The tables' order: the main rows, then the searched and random ones
+DESIGNED_ORDER = [*MAIN_ROWS, NAS_SEARCHED_DCN, NAS_SEARCHED_TRAINED, *NAS_RANDOM_DCN,
+                  FAD_SEARCHED_TWO, *FAD_RANDOM_TWO]
+
+
+def nas_random_genotype(seed: int, num_cells: int = 7, head_layers: int = 6
+                        ) -> Tuple[List, List[str], int]:
+    """(FPN cells, head operations, share index) drawn uniformly from the search's space
+    (every operation, DCN included) with `seed`, as ``--random`` searches draw them."""
+    import torch
+
+    from fcos_d2.modeling.nas_fcos.search.controller import (
+        fpn_decisions, fpn_from_actions, head_decisions, head_from_actions, sample_uniform)
+
+    generator = torch.Generator().manual_seed(seed)
+    _, fpn = sample_uniform(fpn_decisions(num_cells)[1], fpn_from_actions, generator)
+    _, head = sample_uniform(head_decisions(head_layers)[1], head_from_actions, generator)
+    return fpn.to_config(), list(head.ops), head.share_index
+
+
+class RandomNASContender(NASFCOSContender):
+    """NAS-FCOS of ``nas_random_genotype(seed)``, drawn when it first makes a config."""
+
+    def __init__(self, name: str, seed: int):
+        super().__init__(name, dcn=True)
+        self.seed = seed
+
+    def config(self, seed: int, output_dir: str, opts=(), regime: str = "shapes", step=()):
+        if not self.overrides:
+            fpn, head, share = nas_random_genotype(self.seed)
+            from benchmarks.train_quality.family import nas_fcos_overrides
+
+            self.overrides = nas_fcos_overrides(fpn, head, share)
+        return super().config(seed, output_dir, opts, regime, step)
+
+
+def designed_contenders() -> List[Contender]:
+    """The rows of this module (``family.py`` already has ``nas-fcos fpn+head dcn``)."""
+    from benchmarks.train_quality.family import GENOTYPES
+
+    ctr_on_reg = ["MODEL.NAS_FCOS.CENTERNESS_ON_REG", True]
+    nas = [NASFCOSContender(NAS_FPN_DCN, fpn=_published_fpn(), head=[]),
+           NASFCOSContender(NAS_HEAD_DCN_CTR_REG, fpn=_published_fpn(), head=_published_head(),
+                            extra=ctr_on_reg),
+           NASFCOSContender(NAS_SEP_MATCHED, fpn=CPU_FPN_GENOTYPE, head=CPU_HEAD_GENOTYPE,
+                            extra=["MODEL.NAS_FCOS.CHANNELS", SEP_MATCHED_CHANNELS]),
+           NASFCOSContender(NAS_SEARCHED_DCN, genotype_file="nas_fcos_searched.yaml", dcn=True),
+           NASFCOSContender(NAS_SEARCHED_TRAINED, genotype_file=SEARCHED_TRAINED_FILE, dcn=True),
+           *(RandomNASContender(name, seed) for name, seed in NAS_RANDOM_DCN.items())]
+    fad = [FcosD2Contender(FAD_PAPER_TWO, fad_overrides(cells=FAD_TWO_CELLS)),
+           FcosD2Contender(FAD_SEARCHED_TWO, fad_overrides(
+               ["MODEL.FAD.GENOTYPE_FILE", str(GENOTYPES / "fad_searched.log")],
+               cells=FAD_TWO_CELLS))]
+    fad += [FcosD2Contender(name, fad_random_overrides(seed, FAD_TWO_CELLS))
+            for name, seed in FAD_RANDOM_TWO.items()]
+    return [*nas, *fad]

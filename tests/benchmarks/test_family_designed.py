@@ -1,0 +1,82 @@
+"""The members as designed (benchmarks/train_quality/family_designed.py): FAD's two cells a
+tower and NAS-FCOS's deformable convs build with the parameter counts the family table
+states, each row changes one thing, the separable variant matches the DCN model's
+parameters, random NAS-FCOS genotypes are drawn from the whole space."""
+from detectron2.modeling import build_model
+
+from benchmarks.train_quality import catalog, family
+from benchmarks.train_quality import family_designed as designed
+from fcos_d2.modeling.layers import DeformConv2d
+
+# Parameters of the full models (ResNet-18 trunk included) as configs/NAS-FCOS/README.md
+# and configs/FAD/README.md state them beside the table
+FAD_PAPER_TWO_CELL_PARAMS = 13_534_416  # head 1.50 M (one cell: 12.79 M, head 0.76 M)
+NAS_DCN_PARAMS = 15_295_536  # FPN 2.94 M, head 1.18 M, 16 DCNs
+
+
+def _params(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def _model(name: str, *opts):
+    return build_model(catalog.contender_cfg(name, 0, "unused", list(opts)))
+
+
+def test_the_two_cell_fad_row_builds_two_cells_a_tower_with_the_stated_parameters():
+    model = _model(designed.FAD_PAPER_TWO)
+    assert len(model.head.box_tower.cells) == len(model.head.cls_tower.cells) == 2
+    assert _params(model) == FAD_PAPER_TWO_CELL_PARAMS
+    one_cell = catalog.contender_cfg(family.FAD_PAPER, 0, "unused")
+    two_cell = catalog.contender_cfg(designed.FAD_PAPER_TWO, 0, "unused")
+    differ = {k for k in two_cell.MODEL.FAD if two_cell.MODEL.FAD[k] != one_cell.MODEL.FAD[k]}
+    assert differ == {"NUM_CELLS_BOX", "NUM_CELLS_CLS"}  # one thing: the cells
+
+
+def test_the_dcn_nas_fcos_row_builds_its_16_deformable_convs_with_the_stated_parameters():
+    model = _model(family.NAS_HEAD_DCN)
+    assert sum(isinstance(m, DeformConv2d) for m in model.modules()) == 16
+    assert _params(model) == NAS_DCN_PARAMS
+
+
+def test_the_centerness_row_changes_only_the_centerness_placement():
+    authors = catalog.contender_cfg(family.NAS_HEAD_DCN, 0, "unused")
+    on_reg = catalog.contender_cfg(designed.NAS_HEAD_DCN_CTR_REG, 0, "unused")
+    assert on_reg.MODEL.NAS_FCOS.CENTERNESS_ON_REG and not authors.MODEL.NAS_FCOS.CENTERNESS_ON_REG
+    on_reg.defrost()
+    on_reg.MODEL.NAS_FCOS.CENTERNESS_ON_REG = False
+    assert on_reg == authors
+    fpn_only = catalog.contender_cfg(designed.NAS_FPN_DCN, 0, "unused")
+    assert fpn_only.MODEL.NAS_FCOS.FPN_GENOTYPE == authors.MODEL.NAS_FCOS.FPN_GENOTYPE
+    assert fpn_only.MODEL.NAS_FCOS.HEAD_GENOTYPE == []  # FCOS's head
+
+
+def test_the_separable_variant_has_the_nearest_parameters_to_the_dcn_model():
+    def sep(channels):
+        return _params(_model(designed.NAS_SEP_MATCHED, "MODEL.NAS_FCOS.CHANNELS", channels))
+
+    matched = sep(designed.SEP_MATCHED_CHANNELS)
+    assert not any(isinstance(m, DeformConv2d) for m in _model(designed.NAS_SEP_MATCHED).modules())
+    assert abs(matched - NAS_DCN_PARAMS) / NAS_DCN_PARAMS < 0.02
+    for other in (designed.SEP_MATCHED_CHANNELS - 32, designed.SEP_MATCHED_CHANNELS + 32):
+        assert abs(sep(other) - NAS_DCN_PARAMS) > abs(matched - NAS_DCN_PARAMS)
+
+
+def test_random_nas_genotypes_are_seeded_distinct_and_build():
+    first, again, second = (designed.nas_random_genotype(s) for s in (1, 1, 2))
+    assert first == again and first != second
+    cfg = catalog.contender_cfg("nas-fcos random-1 dcn", 0, "unused",
+                                ["MODEL.NAS_FCOS.CHANNELS", 32])
+    assert cfg.MODEL.NAS_FCOS.FPN_GENOTYPE == first[0]
+    assert cfg.MODEL.NAS_FCOS.HEAD_GENOTYPE == first[1]
+    assert build_model(cfg).__class__.__name__ == "NASFCOS"
+
+
+def test_designed_rows_are_by_name_only_and_every_comparison_names_known_rows():
+    names = catalog.contender_names()
+    assert set(designed.DESIGNED_ORDER) <= set(names)
+    assert not set(catalog.default_contenders(names, "shapes")) & set(designed.DESIGNED_ORDER)
+    assert catalog.designed_names() == [family.FCOS_HEAD, *designed.MAIN_ROWS]
+    for searched, randoms in designed.SEARCH_COMPARISONS.items():
+        assert searched in names and len(randoms) == 4 and set(randoms) <= set(names)
+    # the proxy check's >= 8 architectures a space: searched, published and random rows
+    assert len(designed.NAS_RANDOM_DCN) == len(designed.FAD_RANDOM_TWO) == 6

@@ -1,0 +1,85 @@
+"""Do the searches earn their cost (benchmarks/train_quality/search_check.py): Kendall's
+tau on hand-made rewards and APs against hand-computed values, FAD's supernet score of a
+genotype, the searched-against-random verdict and the tau read from records."""
+import math
+
+import pytest
+
+from benchmarks.train_quality import search_check
+from benchmarks.train_quality.family_designed import FAD_RANDOM_TWO, FAD_SEARCHED_TWO
+from fcos_d2.modeling.fad.genotypes import PRIMITIVES, make_genotype
+
+
+def test_kendall_tau_on_hand_made_rewards_and_aps():
+    # pairs of (1,3,2,4) against (1,2,3,4): 5 concordant, 1 discordant (2-3): 4 / 6
+    assert search_check.kendall_tau([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(4 / 6)
+    assert search_check.kendall_tau([-3.0, -2.0, -1.0], [2.0, 4.0, 9.0]) == 1.0
+    assert search_check.kendall_tau([3, 2, 1], [1, 2, 3]) == -1.0
+    # a tie in x: pairs (1,2) tied, (1,3) and (2,3) concordant: 2 / sqrt((3 - 1) * 3)
+    assert search_check.kendall_tau([1, 1, 2], [1, 2, 3]) == pytest.approx(2 / math.sqrt(6))
+    assert math.isnan(search_check.kendall_tau([1, 1], [1, 2]))  # constant rewards
+    with pytest.raises(ValueError, match="same length >= 2, got 3 and 2"):
+        search_check.kendall_tau([1, 2, 3], [1, 2])
+
+
+def test_fad_score_sums_the_mixing_weights_of_the_chosen_edges():
+    genotype = make_genotype([[[PRIMITIVES[0], 0], [PRIMITIVES[2], 1]]])  # one node
+    node = [[0.0] * len(PRIMITIVES) for _ in range(2)]  # (2 sources, primitives)
+    node[0][0], node[1][2], node[1][0] = 0.5, 0.25, 9.0  # 9.0: an edge not chosen
+    mixing = {"box": [node], "cls": [node]}
+    assert search_check.fad_genotype_score({"box": genotype, "cls": genotype}, mixing) == 1.5
+
+
+def _run(name, seed, ap, iterations=4800):
+    return {"seed": seed, "metrics": {"AP": ap}, "overrides": [],
+            "run": {"contender": name, "iterations": iterations, "status": "ok"}}
+
+
+def test_the_searched_row_beats_random_only_by_more_than_its_seeds_std():
+    randoms = list(FAD_RANDOM_TWO)[:4]
+    quality = [_run(FAD_SEARCHED_TWO, s, ap) for s, ap in ((0, 10.0), (1, 12.0), (2, 14.0))]
+    quality += [_run(name, 0, 9.0) for name in randoms]
+    quality.append(_run(randoms[0], 1, 99.0, iterations=600))  # another schedule: not read
+    lines = search_check.compare(quality, FAD_SEARCHED_TWO, randoms, 4800)
+    assert lines[0] == f"| {FAD_SEARCHED_TWO} | 0, 1, 2 | 12.0 / 2.0 |"
+    assert lines[-1].startswith(f"{FAD_SEARCHED_TWO} beats the mean of 4 random")
+    assert "+3.0 AP against std 2.0" in lines[-1]
+    close = [_run(FAD_SEARCHED_TWO, s, ap) for s, ap in ((0, 8.0), (1, 12.0))] + quality[3:]
+    assert "does not beat" in search_check.compare(close, FAD_SEARCHED_TWO, randoms, 4800)[-1]
+    assert search_check.compare(quality[:4], FAD_SEARCHED_TWO, randoms, 4800)[-1].startswith(
+        "not decided")  # one random row only
+
+
+def test_tau_lines_pair_rewards_with_trained_ap_and_judge_the_target():
+    rewards = [{"metrics": {"reward": r}, "run": {"contender": n, "member": "fad"}}
+               for n, r in (("a", -1.0), ("b", -2.0), ("c", -3.0), ("a", -4.0))]  # a's latest
+    quality = [_run("a", 0, 1.0), _run("b", 0, 3.0), _run("c", 0, 2.0)]
+    lines = search_check.tau_lines(quality, rewards, "fad", 4800)
+    # rewards b > c > a against AP b > c > a: tau 1
+    assert lines[-1] == "Kendall tau over 3 architectures: 1.00 (target 0.4: met)"
+    assert search_check.tau_lines(quality, rewards, "nas-fcos", 4800)[-1].startswith("tau: needs")
+
+
+def test_the_comparison_command_trains_the_searched_and_random_rows_at_3_seeds():
+    command = search_check.training_command(FAD_SEARCHED_TWO, 4800, 4000, 400)
+    assert command.count("two-cell'") == 5 and "--seeds 0 1 2" in command
+    assert command.endswith("SOLVER.MAX_ITER 4800 SOLVER.STEPS '(4000,)' SOLVER.WARMUP_ITERS 400")
+
+
+def test_fad_rewards_score_each_rows_genotypes_on_the_searchs_final_weights(tmp_path):
+    import json
+
+    from benchmarks.train_quality.family_designed import FAD_PAPER_TWO
+    from fcos_d2.modeling.fad.genotypes import PAPER_BOX, PAPER_CLS
+
+    def weights(value):  # 3 nodes: (2, 3, 4 sources) x primitives, all `value`
+        return [[[value] * len(PRIMITIVES) for _ in range(i + 2)] for i in range(3)]
+
+    history = [{"iteration": 1, "box": weights(9.0), "cls": weights(9.0)},
+               {"iteration": 2, "box": weights(0.5), "cls": weights(0.25)}]
+    (tmp_path / "alphas.json").write_text(json.dumps({"primitives": PRIMITIVES,
+                                                      "history": history}))
+    found = search_check.fad_rewards([FAD_PAPER_TWO], tmp_path / "alphas.json")
+    edges = sum(len(node) for node in PAPER_BOX.nodes)  # 6 edges a tower
+    assert edges == sum(len(node) for node in PAPER_CLS.nodes) == 6
+    assert found == {FAD_PAPER_TWO: 6 * 0.5 + 6 * 0.25}  # the last entry's weights
