@@ -239,7 +239,7 @@ def generic_table(numbered: Numbered) -> List[str]:
                     *_provenance([(n, r)])] for n, r in numbered])
 
 
-MASK_CAP_SIZES = ("< 16 px", "16-32 px", "32-64 px", "> 64 px", "all")
+MASK_CAP_SIZES = ("< 16 px", "16-32 px", "32-64 px", "> 64 px", "all", "COCO AP")
 
 
 def mask_cap_table(numbered: Numbered) -> List[str]:

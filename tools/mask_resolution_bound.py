@@ -5,10 +5,12 @@ A perfect predictor (ground-truth boxes; as its mask, the training target itself
 through fcos-d2's own target making, crop, paste and threshold
 (``fcos_d2.modeling.sipmask.mask_cap``); its oracle mask AP over a dataset is the most any
 training of SipMask can reach with those settings. Sizes: the box's longer side in pixels.
+``--coco`` adds pycocotools' segm AP of the same masks, scored by their IoUs (COCO's
+101-point recall sampling puts it a little below the oracle AP).
 
 Usage:
     python tools/mask_resolution_bound.py [--dataset synthetic_masks_val]
-        [--presets official defaults ...] [--record]
+        [--presets official defaults ...] [--coco] [--record]
 """
 import argparse
 import dataclasses
@@ -20,7 +22,7 @@ import torch
 from torch import Tensor
 
 from fcos_d2.modeling.sipmask.mask_cap import (SIZE_LABELS, PipelineSettings, caps_by_size,
-                                               pipeline_ious)
+                                               mask_iou, pipeline_masks)
 
 OFFICIAL = PipelineSettings()  # SipMask's target, crop, paste and 0.4 threshold
 DEFAULTS = PipelineSettings(mask_target="area", empty_targets="keep_peak",
@@ -78,11 +80,50 @@ def longer_sides(images: Sequence[Tuple[Tensor, Tensor]]) -> Tensor:
     return torch.maximum(boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1])
 
 
+def coco_segm_ap(images: Sequence[Tuple[Tensor, Tensor]], pasted: Sequence[Tensor]) -> float:
+    """pycocotools' segm AP (x100, all sizes) of one detection per object, its mask
+    ``pasted`` and its score its IoU (a perfect predictor's scores)."""
+    import contextlib
+    import io
+
+    import numpy as np
+    from pycocotools import mask as mask_util
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+
+    def rle(mask: Tensor) -> dict:
+        encoded = mask_util.encode(np.asfortranarray(mask.numpy().astype(np.uint8)))
+        return {**encoded, "counts": encoded["counts"].decode()}
+
+    truth, found, infos = [], [], []
+    for image_id, ((masks, boxes), predicted) in enumerate(zip(images, pasted)):
+        infos.append({"id": image_id, "height": masks.shape[1], "width": masks.shape[2]})
+        for mask, box, pred, iou in zip(masks, boxes, predicted, mask_iou(predicted, masks)):
+            x1, y1, x2, y2 = box.tolist()
+            truth.append({"id": len(truth) + 1, "image_id": image_id, "category_id": 1,
+                          "iscrowd": 0, "segmentation": rle(mask), "area": float(mask.sum()),
+                          "bbox": [x1, y1, x2 - x1, y2 - y1]})
+            found.append({"image_id": image_id, "category_id": 1, "segmentation": rle(pred),
+                          "score": float(iou)})
+    coco = COCO()
+    coco.dataset = {"images": infos, "annotations": truth,
+                    "categories": [{"id": 1, "name": "object"}]}
+    with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints its progress
+        coco.createIndex()
+        evaluation = COCOeval(coco, coco.loadRes(found), "segm")
+        evaluation.evaluate()
+        evaluation.accumulate()
+        evaluation.summarize()
+    return float(evaluation.stats[0]) * 100
+
+
 def main(argv: Sequence[str] = None) -> Dict[str, Dict[str, Tuple[int, float]]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", default="synthetic_masks_val")
     parser.add_argument("--presets", nargs="+", default=list(PRESETS), choices=list(PRESETS),
                         metavar="PRESET", help=f"among: {'; '.join(PRESETS)}")
+    parser.add_argument("--coco", action="store_true",
+                        help="also pycocotools' segm AP of the perfect predictor (scores: IoUs)")
     parser.add_argument("--record", action="store_true",
                         help="append a record to benchmarks/results/mask_cap.jsonl")
     args = parser.parse_args(argv)
@@ -90,11 +131,16 @@ def main(argv: Sequence[str] = None) -> Dict[str, Dict[str, Tuple[int, float]]]:
     images = load_images(args.dataset)
     sides = longer_sides(images)
     print(f"{args.dataset}: {len(sides)} objects in {len(images)} images")
-    print("| settings | " + " | ".join(SIZE_LABELS) + " |")
-    print("| --- |" + " --- |" * len(SIZE_LABELS))
+    columns = [*SIZE_LABELS, *(["COCO AP"] if args.coco else [])]
+    print("| settings | " + " | ".join(columns) + " |")
+    print("| --- |" + " --- |" * len(columns))
     tables, start = {}, time.time()
     for name in args.presets:
-        caps = caps_by_size(pipeline_ious(images, PRESETS[name]), sides)
+        pasted = pipeline_masks(images, PRESETS[name])
+        ious = torch.cat([mask_iou(p, masks) for p, (masks, _) in zip(pasted, images)])
+        caps = caps_by_size(ious, sides)
+        if args.coco:
+            caps["COCO AP"] = (len(ious), coco_segm_ap(images, pasted))
         tables[name] = caps
         print(f"| {name} | " + " | ".join(f"{ap:.1f}" for _, ap in caps.values()) + " |")
     print("objects: " + ", ".join(f"{k} {n}" for k, (n, _) in tables[args.presets[0]].items()))

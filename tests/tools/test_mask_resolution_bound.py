@@ -35,3 +35,13 @@ def test_the_tool_prints_and_records_the_caps_per_preset(monkeypatch, tmp_path, 
     assert record["benchmark"] == "mask_cap"
     assert record["metrics"]["official, keep_peak"]["all"] == pytest.approx(55.0)
     assert record["run"]["settings"]["official"]["mask_threshold"] == 0.4
+
+
+def test_the_coco_ap_of_the_perfect_predictor_by_hand(monkeypatch, capsys):
+    # official: the square's mask (IoU 1) scores first, the stroke's empty mask (IoU 0) is a
+    # false positive after it; recall 0.5 at precision 1 covers 51 of COCO's 101 recall
+    # points at every IoU threshold: AP 51 / 101, against the oracle's 50.
+    monkeypatch.setattr(bound, "load_images", lambda dataset: one_stroke_image())
+    tables = bound.main(["--presets", "official", "--coco"])
+    assert tables["official"]["COCO AP"] == (2, pytest.approx(100 * 51 / 101))
+    assert "| official | 50.0 | nan | nan | nan | 50.0 | 50.5 |" in capsys.readouterr().out

@@ -130,24 +130,30 @@ def caps_by_size(ious: Tensor, sides: Tensor) -> Dict[str, Tuple[int, float]]:
     return caps
 
 
-def pipeline_ious(images: Sequence[Tuple[Tensor, Tensor]], settings: PipelineSettings, *,
-                  size_divisibility: int = 32, fit_steps: int = 100) -> Tensor:
-    """Per object of ``images`` (per image (M, H, W) bool masks and (M, 4) XYXY boxes in
-    input pixels, the input at its original size), the IoU of the perfect predictor's mask
-    with the truth -> (sum M,)."""
-    prepared: List[Tuple[Tensor, Tensor, Tensor]] = []
+def pipeline_masks(images: Sequence[Tuple[Tensor, Tensor]], settings: PipelineSettings, *,
+                   size_divisibility: int = 32, fit_steps: int = 100) -> List[Tensor]:
+    """Per image of ``images`` ((M, H, W) bool masks and (M, 4) XYXY boxes in input pixels,
+    the input at its original size), the perfect predictor's (M, H, W) bool masks, its
+    boxes shifted by ``settings.box_shift``."""
+    factor = settings.basis_stride // MASK_STRIDE
+    pasted = []
     for masks, boxes in images:
         height, width = masks.shape[1:]
         basis_size = tuple(-(-s // size_divisibility) * size_divisibility // MASK_STRIDE
                            for s in (height, width))
-        shifted = boxes + settings.box_shift
-        prepared.append((masks, shifted, image_targets(masks, basis_size, settings)))
-    factor = settings.basis_stride // MASK_STRIDE
-    ious = []
-    for masks, boxes, targets in prepared:
+        targets = image_targets(masks, basis_size, settings)
         basis, coefficients = perfect_predictor(targets)
         if factor > 1 and len(targets):
             basis = fit_coarse_logits(targets, factor, steps=fit_steps)
-        pasted = perfect_masks(basis, coefficients, boxes, tuple(masks.shape[1:]), settings)
-        ious.append(mask_iou(pasted, masks.bool()))
+        pasted.append(perfect_masks(basis, coefficients, boxes + settings.box_shift,
+                                    (height, width), settings))
+    return pasted
+
+
+def pipeline_ious(images: Sequence[Tuple[Tensor, Tensor]], settings: PipelineSettings,
+                  **kwargs) -> Tensor:
+    """Per object of ``images``, the IoU of the perfect predictor's mask with the truth ->
+    (sum M,); ``kwargs``: those of ``pipeline_masks``."""
+    ious = [mask_iou(pasted, masks.bool()) for pasted, (masks, _) in
+            zip(pipeline_masks(images, settings, **kwargs), images)]
     return torch.cat(ious) if ious else torch.zeros(0)
