@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from fcos_d2.modeling.sipmask.mask_cap import (SIZE_LABELS, PipelineSettings, caps_by_size,
-                                               mask_iou, pipeline_masks)
+                                               empty_target_flags, mask_iou, pipeline_masks)
 
 OFFICIAL = PipelineSettings()  # SipMask's target, crop, paste and 0.4 threshold
 DEFAULTS = PipelineSettings(mask_target="area", empty_targets="keep_peak",
@@ -50,9 +50,31 @@ PRESETS: Dict[str, PipelineSettings] = {
 }
 
 
+def render_thin_images(split: str) -> List[Tuple[Tensor, Tensor]]:
+    """The thin-shapes split's images (``fcos_d2.data.synthetic_thin``, whose annotations
+    hold boxes only) rendered again with their objects' masks."""
+    from fcos_d2.data import synthetic_thin
+
+    images = []
+    for index in range(synthetic_thin.NUM_IMAGES[split]):
+        _, objects = synthetic_thin.render_thin_image(seed=synthetic_thin.SPLIT_SEEDS[split],
+                                                      index=index)
+        if objects:
+            masks = torch.stack([torch.from_numpy(visible).bool() for _, visible in objects])
+            rows, cols = masks.any(2), masks.any(1)  # (M, H), (M, W)
+            boxes = [[c.nonzero().min(), r.nonzero().min(), c.nonzero().max() + 1,
+                      r.nonzero().max() + 1] for r, c in zip(rows, cols)]
+            images.append((masks, torch.tensor(boxes, dtype=torch.float32)))
+    return images
+
+
 def load_images(dataset: str) -> List[Tuple[Tensor, Tensor]]:
-    """Per image of a registered COCO-style dataset: (M, H, W) bool masks, (M, 4) XYXY."""
+    """Per image of a registered COCO-style dataset with masks, or of the thin shapes
+    (``synthetic_thin_val``/``_train``): (M, H, W) bool masks, (M, 4) XYXY."""
     import fcos_d2  # noqa: F401  registers the built-in datasets
+
+    if dataset in ("synthetic_thin_train", "synthetic_thin_val"):
+        return render_thin_images(dataset.rsplit("_", 1)[1])
     from detectron2.data import DatasetCatalog
     from pycocotools import mask as mask_util
 
@@ -144,6 +166,10 @@ def main(argv: Sequence[str] = None) -> Dict[str, Dict[str, Tuple[int, float]]]:
         tables[name] = caps
         print(f"| {name} | " + " | ".join(f"{ap:.1f}" for _, ap in caps.values()) + " |")
     print("objects: " + ", ".join(f"{k} {n}" for k, (n, _) in tables[args.presets[0]].items()))
+    empty = empty_target_flags(images)
+    small = sides < 16
+    print(f"objects whose threshold target is empty: {int(empty.sum())} of {len(empty)}; "
+          f"under 16 px {int(empty[small].sum())} of {int(small.sum())}")
     if args.record:
         write_record(args, tables, time.time() - start)
     return tables

@@ -45,3 +45,21 @@ def test_the_coco_ap_of_the_perfect_predictor_by_hand(monkeypatch, capsys):
     tables = bound.main(["--presets", "official", "--coco"])
     assert tables["official"]["COCO AP"] == (2, pytest.approx(100 * 51 / 101))
     assert "| official | 50.0 | nan | nan | nan | 50.0 | 50.5 |" in capsys.readouterr().out
+
+
+def test_thin_shapes_are_rendered_with_their_masks_and_tight_boxes(monkeypatch):
+    from fcos_d2.data import synthetic_thin
+
+    monkeypatch.setattr(synthetic_thin, "NUM_IMAGES", {"val": 3, "train": 3})
+    images = bound.load_images("synthetic_thin_val")
+    assert images and all(masks.dtype == torch.bool for masks, _ in images)
+    for masks, boxes in images:
+        for mask, (x1, y1, x2, y2) in zip(masks, boxes.long().tolist()):
+            assert mask[y1:y2, x1:x2].sum() == mask.sum()  # inside the box
+            assert mask[y1].any() and mask[y2 - 1].any() and mask[:, x1].any()  # tight
+
+
+def test_the_tool_counts_the_objects_with_an_empty_threshold_target(monkeypatch, capsys):
+    monkeypatch.setattr(bound, "load_images", lambda dataset: one_stroke_image())
+    bound.main(["--presets", "official"])
+    assert "threshold target is empty: 1 of 2; under 16 px 1 of 2" in capsys.readouterr().out

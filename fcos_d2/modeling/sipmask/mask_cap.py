@@ -150,6 +150,18 @@ def pipeline_masks(images: Sequence[Tuple[Tensor, Tensor]], settings: PipelineSe
     return pasted
 
 
+def empty_target_flags(images: Sequence[Tuple[Tensor, Tensor]], *,
+                       size_divisibility: int = 32) -> Tensor:
+    """Per object of ``images``, whether SipMask's "threshold" target is all zero though its
+    mask is not (``masks.mask_targets``) -> (sum M,) bool."""
+    flags = []
+    for masks, _ in images:
+        basis_size = tuple(-(-s // size_divisibility) * size_divisibility // MASK_STRIDE
+                           for s in masks.shape[1:])
+        flags.append(mask_targets(BitMasks(masks), tuple(masks.shape[1:]), basis_size)[1])
+    return torch.cat(flags) if flags else torch.zeros(0, dtype=torch.bool)
+
+
 def pipeline_ious(images: Sequence[Tuple[Tensor, Tensor]], settings: PipelineSettings,
                   **kwargs) -> Tensor:
     """Per object of ``images``, the IoU of the perfect predictor's mask with the truth ->
