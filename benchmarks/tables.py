@@ -256,6 +256,18 @@ def generic_table(numbered: Numbered) -> List[str]:
                     *_provenance([(n, r)])] for n, r in numbered])
 
 
+MASK_CAP_SIZES = ("< 16 px", "16-32 px", "32-64 px", "> 64 px", "all", "COCO AP")
+
+
+def mask_cap_table(numbered: Numbered) -> List[str]:
+    """One row per record and settings: the oracle mask AP cap per object size."""
+    rows = [[r["run"].get("dataset", "?"), name,
+             *(f"{caps[size]:.1f}" if size in caps else "-" for size in MASK_CAP_SIZES),
+             *_provenance([(n, r)])]
+            for n, r in numbered for name, caps in r["metrics"].items()]
+    return _table(["dataset", "settings", *MASK_CAP_SIZES, "commit", "CPU", "record"], rows)
+
+
 # benchmark -> (title, table of its numbered records); others get generic_table
 TABLES: Dict[str, Tuple[str, Callable[[Numbered], List[str]]]] = {
     "train_quality": ("Training quality on small data (python -m benchmarks.train_quality)",
@@ -268,6 +280,8 @@ TABLES: Dict[str, Tuple[str, Callable[[Numbered], List[str]]]] = {
                epochs_table),
     "size_breakdown": ("Where the AP goes, by object size (python -m benchmarks.size_breakdown)",
                        size_breakdown_table),
+    "mask_cap": ("SipMask's mask AP cap with perfect boxes and masks "
+                 "(python tools/mask_resolution_bound.py --record)", mask_cap_table),
 }
 
 

@@ -146,3 +146,17 @@ def test_the_repositorys_tables_are_those_its_records_generate(capsys):
     """After a benchmark run, `make docs-tables` (python -m benchmarks.tables) and commit
     the records with the tables."""
     assert tables.main(["--check"]) == 0, capsys.readouterr().err
+
+
+def test_mask_cap_rows_are_per_record_and_settings(tmp_path):
+    caps = {"official": {"< 16 px": 62.44, "16-32 px": 83.1, "32-64 px": 92.4,
+                         "> 64 px": 96.5, "all": 84.9, "COCO AP": 84.55},
+            "defaults": {"< 16 px": 81.0, "all": 93.5}}
+    path = _write(tmp_path / "mask_cap.jsonl", [
+        _record("mask_cap", metrics=caps, run={"dataset": "synthetic_masks_val"})])
+    lines = tables.generate(path).splitlines()
+    cpu = "Example CPU (amx_bf16, avx512_bf16)"
+    assert lines[-2] == ("| synthetic_masks_val | official | 62.4 | 83.1 | 92.4 | 96.5 | 84.9 | "
+                         f"84.5 | aaaaaaa | {cpu} | 1 |")
+    assert lines[-1] == ("| synthetic_masks_val | defaults | 81.0 | - | - | - | 93.5 | - | "
+                         f"aaaaaaa | {cpu} | 1 |")

@@ -1,5 +1,6 @@
-"""tools/mask_resolution_bound.py: the free-map fit per stride, the IoU and the oracle AP."""
+"""tools/mask_resolution_bound.py: the caps table per preset and its record."""
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -11,43 +12,54 @@ bound = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(bound)
 
 
-def ring(size: int = 32, center: float = 15.5, outer: float = 7.0, inner: float = 3.0):
-    """A ring mask (size x size) and its tight XYXY box."""
-    ys, xs = torch.meshgrid(torch.arange(size).float(), torch.arange(size).float(),
-                            indexing="ij")
-    radius = ((ys - center) ** 2 + (xs - center) ** 2).sqrt()
-    mask = ((radius <= outer) & (radius > inner)).float()
-    rows, cols = mask.nonzero(as_tuple=True)
-    box = torch.tensor([[cols.min(), rows.min(), cols.max() + 1, rows.max() + 1]]).float()
-    return mask[None], box
+def one_stroke_image():
+    """A 32 x 32 image with a one-pixel stroke (row 10, x 4-15) and a 10 x 10 square."""
+    masks = torch.zeros(2, 32, 32, dtype=torch.bool)
+    masks[0, 10, 4:16] = True
+    masks[1, 18:28, 18:28] = True
+    return [(masks, torch.tensor([[4.0, 10, 16, 11], [18, 18, 28, 28]]))]
 
 
-def test_a_ring_hole_is_lost_at_stride_8_and_kept_at_stride_2():
-    mask, box = ring()
-    inside = bound.inside_boxes(box, 32, 32)
-    assert torch.equal(inside.bool() | ~mask.bool(), torch.ones_like(inside).bool())
-    coarse = bound.mask_iou(bound.fit_masks(mask, inside, 8), mask.bool())
-    fine = bound.mask_iou(bound.fit_masks(mask, inside, 2), mask.bool())
-    exact = bound.mask_iou(bound.fit_masks(mask, inside, 1), mask.bool())
-    assert coarse.item() < 0.9 and fine.item() > 0.95 and exact.item() == 1.0
+def test_the_tool_prints_and_records_the_caps_per_preset(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(bound, "load_images", lambda dataset: one_stroke_image())
+    monkeypatch.setenv("FCOS_D2_RECORDS_DIR", str(tmp_path))
+    tables = bound.main(["--presets", "official", "official, keep_peak", "--record"])
+    # official: the stroke's target is empty (IoU 0), the square exact: AP 50 over both;
+    # keep_peak: the stroke reaches IoU 0.5 (AP 10 for it).
+    assert tables["official"]["< 16 px"] == (2, 50.0)
+    assert tables["official, keep_peak"]["< 16 px"] == (2, pytest.approx(55.0))
+    out = capsys.readouterr().out
+    assert "| official | 50.0 | nan | nan | nan | 50.0 |" in out
+    (record,) = [json.loads(line) for line in (tmp_path / "mask_cap.jsonl").read_text().split("\n")
+                 if line]
+    assert record["benchmark"] == "mask_cap"
+    assert record["metrics"]["official, keep_peak"]["all"] == pytest.approx(55.0)
+    assert record["run"]["settings"]["official"]["mask_threshold"] == 0.4
 
 
-def test_the_fit_stays_inside_the_box():
-    mask = torch.ones(1, 16, 16)
-    box = torch.tensor([[2.0, 3.0, 9.0, 14.0]])
-    fitted = bound.fit_masks(mask, bound.inside_boxes(box, 16, 16), 4)
-    assert fitted.sum() == 7 * 11 and fitted[0, 3:14, 2:9].all()
+def test_the_coco_ap_of_the_perfect_predictor_by_hand(monkeypatch, capsys):
+    # official: the square's mask (IoU 1) scores first, the stroke's empty mask (IoU 0) is a
+    # false positive after it; recall 0.5 at precision 1 covers 51 of COCO's 101 recall
+    # points at every IoU threshold: AP 51 / 101, against the oracle's 50.
+    monkeypatch.setattr(bound, "load_images", lambda dataset: one_stroke_image())
+    tables = bound.main(["--presets", "official", "--coco"])
+    assert tables["official"]["COCO AP"] == (2, pytest.approx(100 * 51 / 101))
+    assert "| official | 50.0 | nan | nan | nan | 50.0 | 50.5 |" in capsys.readouterr().out
 
 
-def test_oracle_ap_is_the_mean_fraction_over_the_coco_thresholds():
-    # IoU 1 passes all ten thresholds, 0.72 the five up to 0.70: (10 + 5) / 20.
-    assert bound.oracle_ap(torch.tensor([1.0, 0.72])) == pytest.approx(75.0)
-    rows = bound.by_size(torch.tensor([1.0, 0.72, 0.4]), torch.tensor([10.0, 40.0, 80.0]))
-    assert [(label, count) for label, count, _, _ in rows] == [
-        ("0-16 px", 1), ("16-32 px", 0), ("32-64 px", 1), ("64-inf px", 1), ("all", 3)]
-    assert rows[4][2] == pytest.approx(0.70667, abs=1e-4) and rows[3][3] == 0.0
+def test_thin_shapes_are_rendered_with_their_masks_and_tight_boxes(monkeypatch):
+    from fcos_d2.data import synthetic_thin
+
+    monkeypatch.setattr(synthetic_thin, "NUM_IMAGES", {"val": 3, "train": 3})
+    images = bound.load_images("synthetic_thin_val")
+    assert images and all(masks.dtype == torch.bool for masks, _ in images)
+    for masks, boxes in images:
+        for mask, (x1, y1, x2, y2) in zip(masks, boxes.long().tolist()):
+            assert mask[y1:y2, x1:x2].sum() == mask.sum()  # inside the box
+            assert mask[y1].any() and mask[y2 - 1].any() and mask[:, x1].any()  # tight
 
 
-def test_a_size_that_the_stride_does_not_divide_is_refused():
-    with pytest.raises(ValueError, match="mask size 30 x 32 is not a multiple of stride 8"):
-        bound.fit_masks(torch.zeros(1, 30, 32), torch.ones(1, 30, 32), 8)
+def test_the_tool_counts_the_objects_with_an_empty_threshold_target(monkeypatch, capsys):
+    monkeypatch.setattr(bound, "load_images", lambda dataset: one_stroke_image())
+    bound.main(["--presets", "official"])
+    assert "threshold target is empty: 1 of 2; under 16 px 1 of 2" in capsys.readouterr().out

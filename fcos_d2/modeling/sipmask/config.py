@@ -2,7 +2,9 @@
 
 SipMask also reads ``MODEL.FCOS`` (head, assignment, box losses, detections) and needs
 ``MODEL.MASK_ON True`` (the data mapper then loads ``gt_masks``; the evaluator scores
-``segm``). Defaults are SipMask-benchmark's.
+``segm``). Defaults are SipMask-benchmark's except the four mask options marked
+"beyond SipMask" (configs/SipMask/README.md says what each is worth); the official
+behaviour is one value away.
 """
 from detectron2.config import CfgNode as CN
 
@@ -36,6 +38,23 @@ def add_sipmask_config(cfg: CN) -> None:
     # Multiplies the mask loss (SipMask: 1).
     _C.MASK_LOSS_WEIGHT = 1.0
     # A pixel belongs to a predicted mask when its probability, resized to the original
-    # image, exceeds this (0.5 as detectron2's detector_postprocess; SipMask-benchmark's
-    # evaluation uses 0.4, which configs/SipMask/ set to reproduce its numbers).
-    _C.MASK_THRESHOLD = 0.5
+    # image, exceeds this (SipMask-benchmark's and SipMask-mmdetection's 0.4).
+    _C.MASK_THRESHOLD = 0.4
+    # Beyond SipMask: "area" trains each stride-2 cell toward the fraction of it the object
+    # covers; "threshold" (SipMask) toward fraction > 0.5, which erases thin strokes.
+    _C.MASK_TARGET = "area"
+    # Beyond SipMask: an object whose target is all zero though its mask is not: "keep_peak"
+    # trains its most-covered cells to 1; "drop" leaves it out of the mask loss; "official"
+    # trains it toward an empty mask (SipMask). The count is logged either way.
+    _C.EMPTY_TARGETS = "keep_peak"
+    # Beyond SipMask: "cell_centre" places a pixel by its centre when cropping to a box;
+    # "official" by its left/top edge, which shifts the crop by half a pixel.
+    _C.CROP_RULE = "cell_centre"
+    # Beyond SipMask: 1 crops the upsampled mask to the box at input pixels; 2 (SipMask)
+    # crops at stride 2 before upsampling, which moves box edges by up to a pixel.
+    _C.PASTE_STRIDE = 1
+    # SipMask++'s re-scoring: a small branch predicts each mask's IoU from the mask and
+    # multiplies the detection's score by it. Off: SipMask (SipMask-benchmark) has none.
+    _C.MASK_RESCORING = False
+    # Multiplies the re-scoring loss (itself 10 x the squared error, as SipMask++).
+    _C.MASK_RESCORING_LOSS_WEIGHT = 1.0

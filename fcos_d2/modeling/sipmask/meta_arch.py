@@ -12,17 +12,22 @@ from detectron2.layers import ShapeSpec
 from detectron2.modeling import META_ARCH_REGISTRY
 from detectron2.modeling.postprocessing import detector_postprocess
 from detectron2.structures import ImageList, Instances
+from detectron2.utils.events import get_event_storage
 from torch import Tensor, nn
 
 from ..assignment import compute_locations
 from ..meta_arch import FCOS, flatten_levels
+from .crop_split import CROP_RULES, crop_split
 from .head import SipMaskHead
-from .loss import sipmask_mask_loss
-from .masks import paste_mask_probabilities, resize_and_threshold
+from .loss import sipmask_mask_losses
+from .masks import (EMPTY_TARGET_RULES, MASK_STRIDE, MASK_TARGETS, PASTE_STRIDES,
+                    paste_mask_probabilities, quadrant_logits, resize_and_threshold)
+from .scoring import MaskScoring, rescore
 
 _PROBS = "sipmask_mask_probs"  # temporary fields: probabilities at the input size,
 _ROW = "sipmask_row"  # and the row of each detection before detector_postprocess
 _PASTE_CHUNK = 32  # detections pasted at a time (bounds memory at COCO sizes)
+EMPTY_TARGETS_METRIC = "sipmask/empty_mask_targets"  # objects per batch with an empty target
 
 
 @META_ARCH_REGISTRY.register()
@@ -36,22 +41,43 @@ class SipMask(FCOS):
     {"instances": Instances} with ``pred_boxes``, ``scores``, ``pred_classes`` and
     ``pred_masks`` (D, H0, W0) bool at the original image size (the input dict's
     "height"/"width"): mask probabilities at the input resolution, cut to the unpadded
-    image, resized to the original size, then > ``mask_threshold``.
+    image, resized to the original size, then > ``mask_threshold``. With re-scoring each
+    score is multiplied by its mask's predicted IoU (``scoring.py``); the masks are the same.
+    Training also logs ``EMPTY_TARGETS_METRIC`` to the event storage.
     """
 
     @configurable
     def __init__(self, *, mask_loss_weight: float = 1.0, mask_sample_nms_thresh: float = 0.9,
-                 mask_threshold: float = 0.5, basis_in_feature: str = "", **fcos_options):
+                 mask_threshold: float = 0.4, basis_in_feature: str = "",
+                 mask_target: str = "threshold", empty_targets: str = "official",
+                 crop_rule: str = "official", paste_stride: int = MASK_STRIDE,
+                 mask_rescoring: bool = False, rescoring_loss_weight: float = 1.0,
+                 **fcos_options):
         """``basis_in_feature``: the backbone feature that joins the basis masks' input
-        ("" none, SipMask's); the head must have been built for it. ``fcos_options``: the
+        ("" none, SipMask's); the head must have been built for it. ``mask_target``,
+        ``empty_targets``, ``crop_rule``, ``paste_stride``: ``MODEL.SIPMASK``'s options
+        beyond SipMask (the defaults here are SipMask's); ``mask_rescoring``: SipMask++'s
+        re-scoring branch, its loss times ``rescoring_loss_weight``. ``fcos_options``: the
         keyword arguments of ``FCOS``; ``head`` a SipMaskHead."""
         super().__init__(**fcos_options)
+        for key, value, allowed in (("MASK_TARGET", mask_target, MASK_TARGETS),
+                                    ("EMPTY_TARGETS", empty_targets, EMPTY_TARGET_RULES),
+                                    ("CROP_RULE", crop_rule, CROP_RULES),
+                                    ("PASTE_STRIDE", paste_stride, PASTE_STRIDES)):
+            if value not in allowed:
+                raise ValueError(f"MODEL.SIPMASK.{key}: {value!r} is not one of {allowed}")
+        self.mask_target, self.empty_targets = mask_target, empty_targets
+        self.cell_centre, self.paste_stride = crop_rule == "cell_centre", paste_stride
+        self.mask_scoring = MaskScoring(self.num_classes) if mask_rescoring else None
+        self.rescoring_loss_weight = rescoring_loss_weight
         self.basis_in_feature = basis_in_feature
         if not isinstance(self.head, SipMaskHead):
             raise TypeError(f"SipMask needs a SipMaskHead, got {type(self.head).__name__}")
         for key, value, low, high in (("MASK_LOSS_WEIGHT", mask_loss_weight, 0.0, float("inf")),
                                       ("MASK_SAMPLE_NMS_TH", mask_sample_nms_thresh, 0.0, 1.0),
-                                      ("MASK_THRESHOLD", mask_threshold, 0.0, 1.0)):
+                                      ("MASK_THRESHOLD", mask_threshold, 0.0, 1.0),
+                                      ("MASK_RESCORING_LOSS_WEIGHT", rescoring_loss_weight, 0.0,
+                                       float("inf"))):
             if not low <= value <= high:
                 raise ValueError(f"MODEL.SIPMASK.{key}: {value} is outside [{low}, {high}]")
         self.mask_loss_weight = mask_loss_weight
@@ -82,6 +108,12 @@ class SipMask(FCOS):
             "mask_sample_nms_thresh": sipmask.MASK_SAMPLE_NMS_TH,
             "mask_threshold": sipmask.MASK_THRESHOLD,
             "basis_in_feature": sipmask.BASIS_IN_FEATURE,
+            "mask_target": sipmask.MASK_TARGET,
+            "empty_targets": sipmask.EMPTY_TARGETS,
+            "crop_rule": sipmask.CROP_RULE,
+            "paste_stride": sipmask.PASTE_STRIDE,
+            "mask_rescoring": sipmask.MASK_RESCORING,
+            "rescoring_loss_weight": sipmask.MASK_RESCORING_LOSS_WEIGHT,
         }
 
     def forward_head(self, images: ImageList) -> Tuple[List[Tensor], List[Tensor], List[Tensor],
@@ -112,17 +144,24 @@ class SipMask(FCOS):
     def sipmask_losses(self, locations: List[Tensor], instances: List[Instances],
                        logits: List[Tensor], regression: List[Tensor], centerness: List[Tensor],
                        coefficients: List[Tensor], basis: Tensor) -> Dict[str, Tensor]:
-        """The FCOS losses (shared assignment) and the weighted mask loss."""
+        """The FCOS losses (shared assignment), the weighted mask loss and, with re-scoring,
+        ``loss_sipmask_rescoring``; logs the objects with an empty mask target."""
         labels, reg_targets, matched = self.targets(locations, instances)  # (N, R) ...
         losses = self.box_losses(labels, reg_targets, logits, regression, centerness)
         points = torch.cat(locations)  # (R, 2)
         ltrb = flatten_levels(self.regression_in_pixels(regression)).float()  # (N, R, 4)
         pred_boxes = torch.cat([points - ltrb[..., :2], points + ltrb[..., 2:]], dim=-1)
-        losses["loss_sipmask_mask"] = self.mask_loss_weight * sipmask_mask_loss(
+        masks = sipmask_mask_losses(
             basis=basis, coefficients=flatten_levels(coefficients), pred_boxes=pred_boxes,
             logits=flatten_levels(logits), labels=labels, matched=matched,
             instances=instances, num_classes=self.num_classes,
-            sample_nms_thresh=self.mask_sample_nms_thresh)
+            sample_nms_thresh=self.mask_sample_nms_thresh, target=self.mask_target,
+            empty_rule=self.empty_targets, cell_centre=self.cell_centre,
+            scoring=self.mask_scoring)
+        losses["loss_sipmask_mask"] = self.mask_loss_weight * masks.mask
+        if masks.rescoring is not None:
+            losses["loss_sipmask_rescoring"] = self.rescoring_loss_weight * masks.rescoring
+        get_event_storage().put_scalar(EMPTY_TARGETS_METRIC, masks.empty_targets)
         return losses
 
     def inference_with_masks(self, locations: List[Tensor], images: ImageList,
@@ -138,9 +177,25 @@ class SipMask(FCOS):
         coefficients = flatten_levels(coefficients).float()  # (N, R, 4B)
         basis = basis.float()
         for i, (result, location_idx) in enumerate(detections):
-            result.set(_PROBS, _mask_probabilities(basis[i], coefficients[i, location_idx],
-                                                   result.pred_boxes.tensor, result.image_size))
+            chosen, boxes = coefficients[i, location_idx], result.pred_boxes.tensor
+            result.set(_PROBS, _mask_probabilities(
+                basis[i], chosen, boxes, result.image_size, cell_centre=self.cell_centre,
+                paste_stride=self.paste_stride))
+            if self.mask_scoring is not None:
+                result.scores = rescore(result.scores, self.predicted_mask_iou(
+                    basis[i], chosen, boxes, result.pred_classes))
         return [result for result, _ in detections]
+
+    def predicted_mask_iou(self, basis: Tensor, coefficients: Tensor, boxes: Tensor,
+                           classes: Tensor) -> Tensor:
+        """The re-scoring branch on D detections: (B, Hm, Wm) basis, (D, 4B) coefficients,
+        (D, 4) boxes in input pixels, (D,) classes -> (D,) predicted mask IoU; the branch
+        sees the cropped probabilities at stride 2, as in training."""
+        chunks = [self.mask_scoring(
+            crop_split(quadrant_logits(basis, coefficients[s:s + _PASTE_CHUNK]).sigmoid(),
+                       boxes[s:s + _PASTE_CHUNK] / MASK_STRIDE, cell_centre=self.cell_centre),
+            classes[s:s + _PASTE_CHUNK]) for s in range(0, len(boxes), _PASTE_CHUNK)]
+        return torch.cat(chunks) if chunks else boxes.new_zeros((0,))
 
     def _to_original_size(self, result: Instances, height: int, width: int) -> Instances:
         """detector_postprocess (boxes scaled to (height, width), empty ones dropped), then
@@ -157,10 +212,12 @@ class SipMask(FCOS):
 
 
 def _mask_probabilities(basis: Tensor, coefficients: Tensor, boxes: Tensor,
-                        image_size: Tuple[int, int]) -> Tensor:
+                        image_size: Tuple[int, int], *, cell_centre: bool = False,
+                        paste_stride: int = MASK_STRIDE) -> Tensor:
     """``paste_mask_probabilities`` of (D, 4B) coefficients and (D, 4) boxes, a chunk of
     detections at a time -> (D, H, W)."""
     chunks = [paste_mask_probabilities(basis, coefficients[s:s + _PASTE_CHUNK],
-                                       boxes[s:s + _PASTE_CHUNK], image_size)
+                                       boxes[s:s + _PASTE_CHUNK], image_size,
+                                       cell_centre=cell_centre, paste_stride=paste_stride)
               for s in range(0, len(boxes), _PASTE_CHUNK)]
     return torch.cat(chunks) if chunks else basis.new_zeros((0, *image_size))
