@@ -29,9 +29,22 @@ def center_radius(strides: str) -> List[str]:
 # the center radius of the official FCOS, detectron2's and torchvision's (the recipe's is
 # 1.0 since 2026-12-03 late); both adapters read MODEL.FCOS.CENTER_SAMPLING_RADIUS
 RADIUS_15 = center_radius("1.5")
+# The protocol as it was before the recipe moved to P2-P4, AdamW and bf16 (issue 60): FPN
+# P3-P7 from res3-res5 (P6/P7 from P5, the recipe's halved ranges), SGD at lr 0.01 with
+# weight decay 1e-4 on every parameter, float32. The official formulation, the other
+# projects' FCOS and Faster R-CNN keep it, so that their rows stay what was measured.
+P3_P7 = ["MODEL.RESNETS.OUT_FEATURES", ["res3", "res4", "res5"],
+         "MODEL.FPN.IN_FEATURES", ["res3", "res4", "res5"],
+         "MODEL.FCOS.IN_FEATURES", ["p3", "p4", "p5", "p6", "p7"],
+         "MODEL.FCOS.TOP_BLOCKS_IN", "p5", "MODEL.FCOS.SIZES_OF_INTEREST", [32, 64, 128, 256],
+         "MODEL.FCOS.CHANNELS_LAST", False]
+SGD_FP32 = ["SOLVER.OPTIMIZER", "SGD", "SOLVER.BASE_LR", 0.01, "SOLVER.WEIGHT_DECAY", 0.0001,
+            "SOLVER.WEIGHT_DECAY_NORM", 0.0001, "SOLVER.WEIGHT_DECAY_BIAS", 0.0001,
+            "SOLVER.AMP.ENABLED", False]
+PROTOCOL_BEFORE_ISSUE_60 = [*P3_P7, *SGD_FP32]
 # The official FCOS choices, stated explicitly so that the ablations below switch one at a
 # time whatever the recipe config sets.
-OFFICIAL = [
+OFFICIAL = [*PROTOCOL_BEFORE_ISSUE_60,
     "MODEL.FCOS.SIZES_OF_INTEREST", "[64, 128, 256, 512]",
     "MODEL.FCOS.LOSS_NORMALIZER", "num_pos",
     "MODEL.FCOS.LOC_LOSS_WEIGHTING", "centerness",
@@ -51,6 +64,10 @@ WARMUP_200 = ["SOLVER.WARMUP_ITERS", "200"]  # a third of REGIME's schedule (its
 ATSS = ["MODEL.FCOS.ASSIGNER", "atss"]
 QUALITY_FOCAL = ["MODEL.FCOS.CLS_LOSS", "quality_focal"]
 EMA_MOMENTUM_099 = ["MODEL.FCOS.LOSS_NORMALIZER_EMA_MOMENTUM", "0.99"]
+# the quickstart's optimizer (configs/quickstart.yaml), the recipe's since issue 60: AdamW,
+# lr 1e-3, decoupled weight decay 0.05, none on norms and biases
+ADAMW = ["SOLVER.OPTIMIZER", "ADAMW", "SOLVER.BASE_LR", "0.001", "SOLVER.WEIGHT_DECAY", "0.05",
+         "SOLVER.WEIGHT_DECAY_NORM", "0.0", "SOLVER.WEIGHT_DECAY_BIAS", "0.0"]
 # fcos-d2 variants: name -> config overrides applied on top of OFFICIAL.
 VARIANTS: Dict[str, List[str]] = OrderedDict([
     ("official", []),
@@ -98,12 +115,11 @@ RECIPE_VARIANTS: Dict[str, List[str]] = OrderedDict([
     # twice as long (the config's own 1200 iterations, lr x0.1 at 1000): do the seeds'
     # differences shrink as training gets further?
     ("1200-iterations", ["SOLVER.MAX_ITER", "1200", "SOLVER.STEPS", "(1000,)"]),
-    # the quickstart's optimizer (configs/quickstart.yaml), which took SipMask's quickstart
-    # from 23.4 to 48.1 box AP: AdamW, lr 1e-3, decoupled weight decay 0.05, none on norms
-    # and biases (the recipe's biases already train at the base lr); batch and schedule stay
-    ("adamw", ["SOLVER.OPTIMIZER", "ADAMW", "SOLVER.BASE_LR", "0.001",
-               "SOLVER.WEIGHT_DECAY", "0.05", "SOLVER.WEIGHT_DECAY_NORM", "0.0",
-               "SOLVER.WEIGHT_DECAY_BIAS", "0.0"]),
+    # the recipe's choices of issue 60 undone: SGD (lr 0.01, weight decay 1e-4 on every
+    # parameter) in float32, and the former levels P3-P7 (ranges [32, 64, 128, 256])
+    ("sgd", SGD_FP32),
+    ("p3-p7", P3_P7),
+    ("before-issue-60", PROTOCOL_BEFORE_ISSUE_60),  # both: the recipe of 2026-12-05
     # the official classification prior 0.01 (the recipe's is 0.1 since 2026-12-03)
     ("prior-0.01", PRIOR_001),
     # each of the recipe's choices of 2026-12-03 (evening) undone, and both: the recipe of
@@ -130,7 +146,7 @@ DETECTRON2_VARIANTS: Dict[str, List[str]] = OrderedDict([
     ("warmup-200", RECIPE_VARIANTS["warmup-200"]),
     ("warmup-200+clip-gradients", RECIPE_VARIANTS["warmup-200+clip-gradients"]),
     ("1200-iterations", RECIPE_VARIANTS["1200-iterations"]),
-    ("adamw", RECIPE_VARIANTS["adamw"]),
+    ("adamw", ADAMW),
 ])
 TORCHVISION = "torchvision"
 # detectron2's two-stage detector on the same trunk (benchmarks.rcnn): the equal-time rows
@@ -225,7 +241,7 @@ class OtherFCOS(Contender):
         if project not in (TORCHVISION, DETECTRON2):
             raise ValueError(f"contender {name!r}: project {project!r} is not one of "
                              f"{[TORCHVISION, DETECTRON2]}")
-        super().__init__(name, [*RADIUS_15, *overrides])
+        super().__init__(name, [*PROTOCOL_BEFORE_ISSUE_60, *RADIUS_15, *overrides])
         self.project = project
 
     def build(self, cfg):
@@ -240,11 +256,17 @@ class OtherFCOS(Contender):
         return builder(cfg, build_backbone(cfg)).to(cfg.MODEL.DEVICE)
 
 
+# Faster R-CNN's trunk: the ResNet-18 up to res5 it was measured on (its FPN P2-P5, and P6
+# for the RPN), also now that the recipe stops at res4 (a larger trunk than the recipe's)
+RCNN_TRUNK = ["res3", "res4", "res5"]
+
+
 class FasterRCNN(Contender):
     """detectron2's Faster R-CNN with FPN (GeneralizedRCNN, RPN, StandardROIHeads;
-    ``benchmarks.rcnn.faster_rcnn_overrides``) on the recipe's ResNet trunk, with the
-    protocol's data, optimizer, schedule and evaluator; its FPN starts at res2 (P2-P6), as
-    detectron2's FPN models do, where FCOS's starts at res3 (P3-P7)."""
+    ``benchmarks.rcnn.faster_rcnn_overrides``) on the ResNet-18 trunk up to res5
+    (``RCNN_TRUNK``), with the protocol's data, schedule and evaluator, SGD and float32 as
+    it was measured (``SGD_FP32``); its FPN starts at res2 (P2-P6), as detectron2's FPN
+    models do."""
 
     def config(self, seed: int, output_dir: str, opts: Sequence = (), regime: str = "shapes",
                step: Sequence = ()):
@@ -255,8 +277,8 @@ class FasterRCNN(Contender):
         register_trunk_fpn_backbone()
         cfg = super().config(seed, output_dir, opts, regime, step).clone()
         cfg.defrost()
-        cfg.merge_from_list(faster_rcnn_overrides(cfg.MODEL.RESNETS.OUT_FEATURES,
-                                                  cfg.MODEL.FCOS.NUM_CLASSES))
+        cfg.merge_from_list(SGD_FP32)  # as measured before the recipe's move (P3_P7)
+        cfg.merge_from_list(faster_rcnn_overrides(RCNN_TRUNK, cfg.MODEL.FCOS.NUM_CLASSES))
         cfg.merge_from_list(list(opts))
         cfg.freeze()
         return cfg

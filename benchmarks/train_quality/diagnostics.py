@@ -348,7 +348,8 @@ def positives_per_level(dataset: List[Dict], assigners: Dict[str, Callable]) -> 
     """A markdown table: per assigner, the positives over `dataset` (detectron2 dicts,
     boxes XYWH_ABS, images at their own size, no flips), their share per level P3-P7 and
     the objects left without a positive. An assigner maps (locations, boxes (M, 4) XYXY)
-    to the matched box index per location (R,), -1 for background."""
+    to the matched box index per location (R,), -1 for background; None for a model on
+    other levels, which gets a row that says so."""
     from fcos_d2.modeling.assignment import compute_locations
 
     counts = {name: [0] * 5 for name in assigners}
@@ -362,6 +363,8 @@ def positives_per_level(dataset: List[Dict], assigners: Dict[str, Callable]) -> 
         locations = compute_locations(shapes, STRIDES, torch.device("cpu"))
         level = torch.arange(5).repeat_interleave(torch.tensor([h * w for h, w in shapes]))
         for name, assign in assigners.items():
+            if assign is None:  # other levels than P3-P7: tools/analyze_data.py's table
+                continue
             matched = assign(locations, boxes.float())  # (R,)
             for index in range(5):
                 counts[name][index] += int(((matched >= 0) & (level == index)).sum())
@@ -371,6 +374,10 @@ def positives_per_level(dataset: List[Dict], assigners: Dict[str, Callable]) -> 
     rows = ["| assigner | positives | % on P3 / P4 / P5 / P6 / P7 | objects without positives |",
             "|---|---|---|---|"]
     for name, levels in counts.items():
+        if assigners[name] is None:
+            rows.append(f"| {name} | - | not on P3-P7: tools/analyze_data.py prints its levels' "
+                        f"table | - |")
+            continue
         total = max(sum(levels), 1)
         share = " / ".join(f"{100 * n / total:.1f}" for n in levels)
         rows.append(f"| {name} | {sum(levels)} | {share} | {orphans[name]} of {objects} |")

@@ -33,7 +33,8 @@ from typing import Dict, List, Optional, Sequence
 
 import yaml
 
-from benchmarks.train_quality.contenders import Contender, FcosD2Contender
+from benchmarks.train_quality.contenders import (PROTOCOL_BEFORE_ISSUE_60, SGD_FP32, Contender,
+                                                 FcosD2Contender)
 
 GENOTYPES = Path(__file__).resolve().parent / "genotypes"
 FCOS_HEAD = "fcos-d2 recipe"  # FCOS's head on FCOS's FPN: the reference row
@@ -68,8 +69,9 @@ def nas_fcos_overrides(fpn: Sequence, head: Sequence, share_index: int = 0,
                        channels: int = 128) -> List:
     """The keys that make the recipe NAS-FCOS with genotype (`fpn`, `head`, `share_index`)
     at `channels` (default: the recipe's FPN width); ``head == []``: FCOS's head on the
-    searched FPN."""
-    return ["MODEL.META_ARCHITECTURE", "NASFCOS",
+    searched FPN. The family rows keep the protocol they were measured with (P3-P7, SGD,
+    float32: ``PROTOCOL_BEFORE_ISSUE_60``), whatever the recipe config now sets."""
+    return [*PROTOCOL_BEFORE_ISSUE_60, "MODEL.META_ARCHITECTURE", "NASFCOS",
             "MODEL.BACKBONE.NAME", "build_nas_fcos_backbone",
             "MODEL.RESNETS.OUT_FEATURES", ["res2", "res3", "res4", "res5"],
             "MODEL.NAS_FCOS.CHANNELS", channels,  # 128: the recipe's MODEL.FPN.OUT_CHANNELS
@@ -131,7 +133,7 @@ class NASFCOSContender(FcosD2Contender):
 def fad_overrides(genotypes: Sequence = (), cells: int = 1) -> List:
     """The keys that make the recipe FAD (`cells` a tower: 1 as FAD-tiny-train.yaml, FAD's
     2; 64 channels an edge); `genotypes`: further keys choosing them (none: the paper's)."""
-    return ["MODEL.META_ARCHITECTURE", "FAD",
+    return [*PROTOCOL_BEFORE_ISSUE_60, "MODEL.META_ARCHITECTURE", "FAD",
             "MODEL.FAD.NUM_CHANNELS_BOX", 64, "MODEL.FAD.NUM_CHANNELS_CLS", 64,
             "MODEL.FAD.NUM_CELLS_BOX", cells, "MODEL.FAD.NUM_CELLS_CLS", cells,
             "MODEL.FCOS.CHANNELS_LAST", False, *genotypes]
@@ -157,6 +159,7 @@ class RetinaNetContender(Contender):
                step: Sequence = ()):
         cfg = super().config(seed, output_dir, opts, regime, step).clone()
         cfg.defrost()
+        cfg.merge_from_list(SGD_FP32)  # the family rows' protocol (PROTOCOL_BEFORE_ISSUE_60)
         cfg.merge_from_list(retinanet_overrides(cfg.MODEL.FCOS.NUM_CLASSES))
         cfg.merge_from_list(list(opts))
         cfg.freeze()

@@ -32,7 +32,8 @@ def test_the_family_names_are_the_references_and_every_member_row_without_the_dc
 
 
 def test_nas_fcos_rows_change_the_fpn_and_head_only():
-    recipe = catalog.contender_cfg("fcos-d2 recipe", 0, "unused")
+    # the family rows keep the recipe's protocol before issue 60 (P3-P7, SGD, float32)
+    recipe = catalog.contender_cfg("fcos-d2 recipe+before-issue-60", 0, "unused")
     fpn = catalog.contender_cfg(family.NAS_FPN, 0, "unused")
     head = catalog.contender_cfg(family.NAS_HEAD, 0, "unused")
     assert fpn.MODEL.META_ARCHITECTURE == head.MODEL.META_ARCHITECTURE == "NASFCOS"
@@ -90,7 +91,8 @@ def test_retinanet_is_detectron2s_on_the_recipes_trunk_with_halved_anchors():
     from detectron2.modeling.meta_arch import RetinaNet
 
     cfg = catalog.contender_cfg(family.RETINANET, 0, "unused", SMALL)
-    model, recipe = build_model(cfg), build_model(catalog.contender_cfg("fcos-d2 recipe", 0, "unused", SMALL))
+    former = catalog.contender_cfg("fcos-d2 recipe+before-issue-60", 0, "unused", SMALL)
+    model, recipe = build_model(cfg), build_model(former)
     assert isinstance(model, RetinaNet) and cfg.MODEL.RETINANET.NUM_CLASSES == 6
     assert _trunk(model) == _trunk(recipe)
     assert [round(s[0]) for s in cfg.MODEL.ANCHOR_GENERATOR.SIZES] == [16, 32, 64, 128, 256]

@@ -511,7 +511,7 @@ def test_the_protocol_trains_with_the_optimizer_the_config_names(tmp_path, monke
     built, build = [], optimizers.build_optimizer
     monkeypatch.setattr(optimizers, "build_optimizer",
                         lambda cfg, model: built.append(build(cfg, model)) or built[-1])
-    for name in (cn.RECIPE, f"{cn.RECIPE}+adamw", f"{catalog.DETECTRON2}+adamw"):
+    for name in (f"{cn.RECIPE}+sgd", cn.RECIPE, f"{catalog.DETECTRON2}+adamw"):
         if name.startswith(catalog.DETECTRON2) and \
                 importlib.util.find_spec("detectron2.modeling.meta_arch.fcos") is None:
             print("skipped detectron2+adamw: the installed detectron2 has no FCOS")

@@ -61,13 +61,13 @@ def test_a_run_of_fcos_d2_records_every_diagnostic():
     record = _train_with_diagnostics("fcos-d2 recipe")
     assert record["iterations"] == 3
     assert len(record["losses"]["loss_fcos_cls"]) == 2  # windows of 2 iterations: 0-1, 2
-    assert all(len(w) == 5 for w in record["positives_per_level"])  # P3-P7
+    assert all(len(w) == 3 for w in record["positives_per_level"])  # the recipe's P2-P4
     assert sum(record["positives_per_level"][0]) > 0
     assert record["grad_norm"]["total"]["mean"][0] > 0
     assert [s["iter"] for s in record["regression"]] == [0, 2]  # every 2, and the last
-    assert len(record["regression"][0]["levels"]) == 5
+    assert len(record["regression"][0]["levels"]) == 3
     assert record["positive_scores"][0]["n"] > 0
-    assert set(record["bn"]) == {"stem", "res2", "res3", "res4", "res5"}
+    assert set(record["bn"]) == {"stem", "res2", "res3", "res4"}  # no res5 since issue 60
     assert record["bn"]["res2"]["running_var_mean"] > 0
 
 
@@ -159,8 +159,11 @@ def test_the_positives_table_of_the_thin_regime_names_every_contender(monkeypatc
 
     dataset = [{"height": 256, "width": 288, "annotations": [{"bbox": [100, 100, 80, 70]}]}]
     monkeypatch.setattr(DatasetCatalog, "get", lambda name: dataset)
-    rows = analyses.positives_table("thin", ["fcos-d2 official", cn.RECIPE]).splitlines()
-    assert [r.split(" | ")[0] for r in rows[2:]] == ["| fcos-d2 official", "| fcos-d2 recipe"]
+    former = f"{cn.RECIPE}+before-issue-60"  # the recipe's ranges on P3-P7
+    rows = analyses.positives_table("thin", ["fcos-d2 official", former, cn.RECIPE]).splitlines()
+    assert [r.split(" | ")[0] for r in rows[2:]] == ["| fcos-d2 official", f"| {former}",
+                                                     "| fcos-d2 recipe"]
+    assert "not on P3-P7: tools/analyze_data.py" in rows[4]  # the recipe's P2-P4
     # an 80-px object: its center region's farthest sides lie 40-64 px away, which is P3
     # under the official ranges (up to 64) and beyond P3 under the recipe's (up to 32)
     assert rows[2].split(" | ")[2].startswith("100.0 / 0.0")
@@ -172,7 +175,7 @@ def test_weight_growth_is_one_as_initialised_and_squares_with_the_weights():
     torch.manual_seed(0)
     backbone = catalog.build_contender("fcos-d2 recipe", cfg).backbone
     growth = diag.weight_growth(backbone.named_parameters())
-    assert set(growth) == {"stem", "res2", "res3", "res4", "res5"}
+    assert set(growth) == {"stem", "res2", "res3", "res4"}  # the recipe stops at res4
     assert all(abs(g - 1) < 0.05 for g in growth.values()), growth  # 9408 draws in the stem
     doubled = [(n, 2 * w if ".stem." in f".{n}." else w) for n, w in backbone.named_parameters()]
     grown = diag.weight_growth(doubled)
