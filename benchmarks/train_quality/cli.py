@@ -106,13 +106,18 @@ def run_child(args, output: Path, argv: List[str]) -> None:
 
 
 def cost_estimate(args, argv: List[str]) -> str:
-    """--labelenc-cost or --regime-cost: the table, after recording the medians."""
+    """--labelenc-cost, --regime-cost or --contender-cost: the table, after recording the
+    medians."""
     import fcos_d2  # noqa: F401  (before detectron2)
 
     if args.labelenc_cost:
         kind, repeats = "labelenc-cost", args.labelenc_cost
         medians = costs.labelenc_iteration_seconds(repeats)
         table = costs.labelenc_cost_table(medians)
+    elif args.contender_cost:
+        kind, repeats = "contender-cost", args.contender_cost
+        medians = costs.contender_iteration_seconds(args.contenders, repeats, args.regime)
+        table = costs.contender_cost_table(medians)
     else:
         kind, repeats = "regime-cost", args.regime_cost
         medians = costs.regime_iteration_seconds(repeats)
@@ -139,7 +144,9 @@ def family_cost_estimate(args, argv: List[str]) -> str:
 def _read_only_modes(args, output: Path, argv: List[str]) -> Optional[str]:
     """The output of a mode that trains nothing, None if none was asked for."""
     chosen = None if args.contenders == ["all"] else args.contenders
-    if args.labelenc_cost or args.regime_cost:
+    if args.labelenc_cost or args.regime_cost or args.contender_cost:
+        if args.contender_cost and args.contenders == ["all"]:
+            raise SystemExit("--contender-cost: name the contenders to time (--contenders A B)")
         return cost_estimate(args, argv)
     if args.family_costs:
         return family_cost_estimate(args, argv)
@@ -168,7 +175,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         print("the installed detectron2 has no detectron2.modeling.meta_arch.fcos: the "
               "'detectron2' contender is left out")
         names = [n for n in names if n.split("+")[0] != catalog.DETECTRON2]
-    if args.list and not (args.labelenc_cost or args.regime_cost):
+    if args.list and not (args.labelenc_cost or args.regime_cost or args.contender_cost):
         print("\n".join(names))
         return
     printed = _read_only_modes(args, output, argv)
@@ -221,6 +228,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="count where the assignment of fcos-d2 contenders (--contenders, "
                              "default: official, recipe, atss, recipe+atss-anchors-4) puts "
                              "the positives of the regime's training images, print, exit")
+    parser.add_argument("--contender-cost", type=int, metavar="REPEATS",
+                        help="time training iterations of --contenders side by side in the "
+                             "--regime (each with its optimizer and AMP; REPEATS rounds), "
+                             "print the table and exit")
     parser.add_argument("--regime-cost", type=int, metavar="REPEATS",
                         help="time training iterations of the recipe in every regime side "
                              "by side (REPEATS rounds), print the table and exit")

@@ -15,10 +15,14 @@ COSTS_BENCHMARK = "train_quality_costs"  # benchmarks/results/train_quality_cost
 
 
 def timed_rounds(models: Dict, optimizers: Dict, batches: Dict, repeats: int,
-                  storage_iter: int) -> Dict[str, List[float]]:
+                  storage_iter: int, autocast: Dict = None) -> Dict[str, List[float]]:
     """Seconds of `repeats` training iterations (forward, backward, step) of each model on
     ``batches[name](round)``, the models in turn each round, after a warm-up round; in an
-    event storage at iteration `storage_iter`."""
+    event storage at iteration `storage_iter`; the forward in bf16 autocast for the names
+    `autocast` maps to True."""
+    import contextlib
+
+    import torch
     from detectron2.utils.events import EventStorage
 
     seconds = {name: [] for name in models}
@@ -26,7 +30,9 @@ def timed_rounds(models: Dict, optimizers: Dict, batches: Dict, repeats: int,
         for round_ in range(repeats + 1):  # round 0 warms up
             for name, model in models.items():
                 start = time.perf_counter()
-                losses = model(batches[name](round_))
+                with (torch.autocast("cpu", dtype=torch.bfloat16) if (autocast or {}).get(name)
+                      else contextlib.nullcontext()):
+                    losses = model(batches[name](round_))
                 optimizers[name].zero_grad()
                 sum(losses.values()).backward()
                 optimizers[name].step()
@@ -103,8 +109,47 @@ def regime_cost_table(medians: Dict[str, float]) -> str:
     return "\n".join(rows)
 
 
+def contender_iteration_seconds(names: List[str], repeats: int,
+                                regime: str = "shapes") -> Dict[str, float]:
+    """The median seconds of one training iteration (forward, backward, optimizer step; one
+    thread; the first `repeats` batches of the regime's loader after a warm-up) of each
+    contender of `names` as the protocol trains it (its optimizer, bf16 autocast where its
+    config enables AMP and the CPU has native bf16), the contenders in turn."""
+    import itertools
+
+    import torch
+    from detectron2.data import build_detection_train_loader
+
+    from fcos_d2.engine.amp import cpu_autocast_dtype
+    from fcos_d2.engine.optimizer import build_optimizer
+
+    torch.set_num_threads(1)
+    protocol.register_datasets(regime)
+    configs = {name: contender_cfg(name, 0, "unused", regime=regime) for name in names}
+    models = {name: contender(name).build(cfg).train() for name, cfg in configs.items()}
+    optimizers = {name: build_optimizer(configs[name], models[name]) for name in names}
+    autocast = {name: cfg.SOLVER.AMP.ENABLED and cpu_autocast_dtype(
+        torch.bfloat16, cfg.MODEL.FCOS.CPU_BF16, what="training",
+        key="SOLVER.AMP.ENABLED") == torch.bfloat16 for name, cfg in configs.items()}
+    loader = build_detection_train_loader(configs[names[0]])
+    batches = list(itertools.islice(iter(loader), repeats + 1))
+    seconds = timed_rounds(models, optimizers, {n: batches.__getitem__ for n in names},
+                           repeats, 0, autocast)
+    return {name: statistics.median(s) for name, s in seconds.items()}
+
+
+def contender_cost_table(medians: Dict[str, float]) -> str:
+    """A markdown table of ``contender_iteration_seconds``: each as a multiple of the
+    first's."""
+    first = next(iter(medians.values()))
+    rows = ["| contender | median s per iteration | x first |", "|---|---|---|"]
+    rows += [f"| {name} | {s:.3f} | {s / first:.2f} |" for name, s in medians.items()]
+    return "\n".join(rows)
+
+
 # what each estimate's medians are divided by in its table
-COST_REFERENCES = {"labelenc-cost": RECIPE, "regime-cost": "shapes"}
+COST_REFERENCES = {"labelenc-cost": RECIPE, "regime-cost": "shapes",
+                   "contender-cost": "the first contender"}
 
 
 def cost_record(kind: str, medians: Dict[str, float], repeats: int, command: str) -> dict:

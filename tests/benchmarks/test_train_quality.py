@@ -548,6 +548,29 @@ def test_iteration_costs_time_the_models_in_turn_after_a_warm_up_round():
     assert models["a"].weight.item() == 1.0 - 0.5 * (0 + 1 + 2)  # a step each round
 
 
+def test_contender_costs_run_each_model_in_its_own_precision():
+    from benchmarks.train_quality.costs import contender_cost_table, timed_rounds
+
+    seen = []
+
+    class Toy(torch.nn.Module):
+        def __init__(self, name):
+            super().__init__()
+            self.name, self.weight = name, torch.nn.Parameter(torch.ones(()))
+
+        def forward(self, batch):
+            seen.append((self.name, torch.is_autocast_enabled("cpu")))
+            return {"loss": self.weight * batch}
+
+    models = {"bf16": Toy("bf16"), "fp32": Toy("fp32")}
+    optimizers = {k: torch.optim.SGD(m.parameters(), lr=0.1) for k, m in models.items()}
+    timed_rounds(models, optimizers, {k: lambda r: float(r) for k in models}, repeats=1,
+                 storage_iter=0, autocast={"bf16": True})
+    assert seen == [("bf16", True), ("fp32", False)] * 2
+    assert contender_cost_table({"a": 0.2, "b": 0.5}).splitlines()[2:] == \
+        ["| a | 0.200 | 1.00 |", "| b | 0.500 | 2.50 |"]
+
+
 def test_cost_tables_divide_by_the_reference_and_a_cost_estimate_is_recorded(
         monkeypatch, records_dir):
     from benchmarks import records
