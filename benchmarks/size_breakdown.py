@@ -30,12 +30,15 @@ from benchmarks import records
 BENCHMARK = "size_breakdown"
 
 
-def parse_run(text: str) -> Tuple[str, int]:
-    """"NAME:SEED" -> (NAME, SEED)."""
-    name, _, seed = text.rpartition(":")
+def parse_run(text: str) -> Tuple[str, int, str]:
+    """"NAME:SEED" or "NAME:SEED@BUILD" -> (NAME, SEED, BUILD): the run of contender NAME
+    with SEED, rebuilt as contender BUILD (default NAME; another name where NAME's config
+    has changed since the run, e.g. "fcos-d2 recipe+before-issue-60")."""
+    run, _, build = text.partition("@")
+    name, _, seed = run.rpartition(":")
     if not name or not seed.lstrip("-").isdigit():
-        raise argparse.ArgumentTypeError(f"--runs: {text!r} is not NAME:SEED")
-    return name, int(seed)
+        raise argparse.ArgumentTypeError(f"--run: {text!r} is not NAME:SEED[@CONTENDER]")
+    return name, int(seed), build or name
 
 
 def run_result(output: Path, name: str, seed: int) -> dict:
@@ -49,7 +52,8 @@ def run_result(output: Path, name: str, seed: int) -> dict:
     return found[-1]
 
 
-def detections_of(name: str, seed: int, output: Path, regime: str, opts: List[str]):
+def detections_of(name: str, seed: int, output: Path, regime: str, opts: List[str],
+                  build: str = ""):
     """(ground-truth COCO dict, COCO results list, config, model in eval mode) of the run's
     stored weights."""
     import torch
@@ -64,7 +68,7 @@ def detections_of(name: str, seed: int, output: Path, regime: str, opts: List[st
         raise SystemExit(f"{weights}: not found (the weights of {name!r} seed {seed})")
     torch.set_num_threads(1)
     protocol.register_datasets(regime)
-    contender = catalog.contender(name)
+    contender = catalog.contender(build or name)
     cfg = contender.config(seed, str(run_dir), opts, regime)
     model = contender.build(cfg)
     model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
@@ -154,7 +158,7 @@ def latencies(models: List, images: List, rounds: int = 5) -> List[float]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--run", nargs=2, action="append", required=True,
-                        metavar=("OUTPUT", "NAME:SEED"),
+                        metavar=("OUTPUT", "NAME:SEED[@CONTENDER]"),
                         help="a train_quality --output and a run in it (repeatable)")
     parser.add_argument("--regime", default="shapes")
     parser.add_argument("--latency-images", type=int, default=20,
@@ -165,10 +169,10 @@ def main(argv=None) -> int:
 
     measured = []
     for output, run in args.run:
-        (name, seed), output = parse_run(run), Path(output)
+        (name, seed, build), output = parse_run(run), Path(output)
         result = run_result(output, name, seed)
         opts = list(result.get("opts", []))
-        gt, detections, cfg, model = detections_of(name, seed, output, args.regime, opts)
+        gt, detections, cfg, model = detections_of(name, seed, output, args.regime, opts, build)
         measured.append((name, seed, result, opts, breakdown(gt, detections), cfg, model,
                          output))
     images = first_images(measured[0][5], args.latency_images)
@@ -180,7 +184,8 @@ def main(argv=None) -> int:
         record = records.make_record(
             BENCHMARK, command=command, seed=seed, overrides=opts, metrics=metrics,
             times={"train_seconds": result.get("train_seconds"), "ms_per_image": latency},
-            run={"contender": name, "regime": args.regime, "weights_from": str(output),
+            run={"contender": name, "built_as": build, "regime": args.regime,
+                 "weights_from": str(output),
                  "iterations": result.get("iterations"), "trained_AP": result.get("AP"),
                  "latency_side_by_side_with": [f"{n}:{s}" for n, s, *_ in measured]})
         records.append_record(record)

@@ -237,8 +237,14 @@ def size_breakdown_table(numbered: Numbered) -> List[str]:
     provenance."""
     from benchmarks.size_breakdown import format_breakdowns
 
-    rows = [(f"{r['run']['contender']} (seed {r['seed']}, {r['run'].get('iterations')} it, "
-             f"record {line})", r["metrics"]) for line, r in numbered]
+    def label(line: int, r: dict) -> str:
+        built = r["run"].get("built_as", r["run"]["contender"])
+        name = r["run"]["contender"] + ("" if built == r["run"]["contender"] else f" as {built}")
+        ms = r["times"].get("ms_per_image")
+        return (f"{name} (seed {r['seed']}, {r['run'].get('iterations')} it"
+                + (f", {ms:.1f} ms/image" if ms else "") + f", record {line})")
+
+    rows = [(label(line, r), r["metrics"]) for line, r in numbered]
     provenance = _table(["record", "contender", "regime", "overrides", "trained AP", "commit",
                          "CPU"],
                         [[line, r["run"]["contender"], r["run"].get("regime", "shapes"),

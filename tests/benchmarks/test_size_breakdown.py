@@ -34,7 +34,9 @@ def test_each_size_keeps_its_own_ap_and_counts():
 
 
 def test_runs_are_name_colon_seed():
-    assert parse_run("fcos-d2 recipe:2") == ("fcos-d2 recipe", 2)
+    assert parse_run("fcos-d2 recipe:2") == ("fcos-d2 recipe", 2, "fcos-d2 recipe")
+    assert parse_run("fcos-d2 recipe:0@fcos-d2 recipe+sgd") == \
+        ("fcos-d2 recipe", 0, "fcos-d2 recipe+sgd")
     with pytest.raises(argparse.ArgumentTypeError, match="NAME:SEED"):
         parse_run("fcos-d2 recipe")
 
