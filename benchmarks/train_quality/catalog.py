@@ -8,9 +8,9 @@ from typing import Dict, List, Sequence
 
 from benchmarks.train_quality import family, family_designed, labelenc
 from benchmarks.train_quality.contenders import (
-    DETECTRON2, DETECTRON2_VARIANTS, EVAL_VARIANTS, FASTER_RCNN, OFFICIAL, RECIPE,
-    RECIPE_VARIANTS, SAME_ITERATIONS, SCHEDULES, TORCHVISION, VARIANTS, Contender, FasterRCNN,
-    FcosD2Contender, InferenceVariant, OtherFCOS)
+    DETECTRON2, DETECTRON2_VARIANTS, EVAL_VARIANTS, FASTER_RCNN, OFFICIAL,
+    PROTOCOL_BEFORE_ISSUE_60, RECIPE, RECIPE_VARIANTS, SAME_ITERATIONS, SCHEDULES, TORCHVISION,
+    VARIANTS, Contender, FasterRCNN, FcosD2Contender, InferenceVariant, OtherFCOS)
 
 # Contenders added with regime 2 or later (Faster R-CNN): in "all" of --regime thin only, so
 # that "all" of --regime shapes (make train-quality) stays the measured table; by name in both.
@@ -32,7 +32,8 @@ def _catalog() -> Dict[str, Contender]:
             OtherFCOS(TORCHVISION, TORCHVISION), FasterRCNN(FASTER_RCNN),
             *(labelenc.LabelEncContender(n, o) for n, o in labelenc.STEP1_VARIANTS.items()
               if n == labelenc.LABELENC),
-            FcosD2Contender(SAME_ITERATIONS, schedule=SCHEDULES[SAME_ITERATIONS]),
+            FcosD2Contender(SAME_ITERATIONS, PROTOCOL_BEFORE_ISSUE_60,  # LabelEnc's protocol
+                            schedule=SCHEDULES[SAME_ITERATIONS]),
             *(labelenc.Step2Variant(n, o) for n, o in labelenc.STEP2_VARIANTS.items()),
             *(labelenc.LabelEncContender(n, o) for n, o in labelenc.STEP1_VARIANTS.items()
               if n != labelenc.LABELENC)]

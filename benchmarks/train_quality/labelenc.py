@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from benchmarks.train_quality import protocol
-from benchmarks.train_quality.contenders import RECIPE, FcosD2Contender
+from benchmarks.train_quality.contenders import PROTOCOL_BEFORE_ISSUE_60, RECIPE, FcosD2Contender
 from benchmarks.train_quality.results import checked_results, other_overrides
 
 # LabelEnc (fcos_d2/modeling/labelenc) on the recipe: step 1 with the distance-loss warm-up
@@ -68,7 +68,7 @@ class LabelEncContender(FcosD2Contender):
     """LabelEnc's step 1 (with `step1_overrides`), then its step 2 from it, in one run."""
 
     def __init__(self, name: str, step1_overrides: Sequence):
-        super().__init__(name)
+        super().__init__(name, PROTOCOL_BEFORE_ISSUE_60)  # as LabelEnc was measured
         self.step1_overrides = list(step1_overrides)
 
     def step_config(self, step: int, seed: int, output_dir: str, opts: Sequence = (),
@@ -90,7 +90,7 @@ class Step2Variant(FcosD2Contender):
     waits_for = LABELENC
 
     def __init__(self, name: str, step2_overrides: Sequence):
-        super().__init__(name)
+        super().__init__(name, PROTOCOL_BEFORE_ISSUE_60)  # as LabelEnc was measured
         self.step2_overrides = list(step2_overrides)
 
     def run(self, seed: int, output_dir: str, opts: Sequence, regime: str = "shapes", *,
@@ -160,7 +160,7 @@ def run_step2(contender: FcosD2Contender, step2_overrides: Sequence, seed: int,
         common["iterations"] = step1_record["iterations_step1"] + common2["iterations"]
     if common2["status"] != "ok":
         return {"contender": contender.name, "AP": 0.0, "AP50": 0.0, **common}
-    recipe = FcosD2Contender(RECIPE)
+    recipe = FcosD2Contender(RECIPE, PROTOCOL_BEFORE_ISSUE_60)  # the detector LabelEnc trained
     plain_cfg = recipe.config(seed, folder, opts, regime)
     plain = recipe.build(plain_cfg)
     plain.load_state_dict(fcos_state_dict(step2.state_dict()))  # strict: a plain FCOS

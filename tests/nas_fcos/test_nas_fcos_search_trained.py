@@ -26,7 +26,7 @@ def trained_fcos(tmp_path_factory):
     """An FCOS of the recipe config with distinct weights and BN statistics, saved as
     train_net.py saves a checkpoint ({"model": state dict, ...})."""
     torch.manual_seed(7)
-    model = build_model(_cfg("FCOS-R18-small-data.yaml"))
+    model = build_model(_cfg("FCOS-R18-small-data-P3-P7.yaml"))  # a trunk up to res5
     with torch.no_grad():
         for tensor in model.backbone.bottom_up.state_dict().values():
             if tensor.is_floating_point():

@@ -39,7 +39,7 @@ def hand_made_dataset():
 def _cfg(*opts):
     cfg = get_cfg()
     add_fcos_config(cfg)
-    cfg.merge_from_file(str(REPO / "configs" / "FCOS-R18-small-data.yaml"))
+    cfg.merge_from_file(str(REPO / "configs" / "FCOS-R18-small-data-P3-P7.yaml"))
     cfg.merge_from_list(["DATASETS.TRAIN", (NAME,), "MODEL.DEVICE", "cpu", *opts])
     return cfg
 
@@ -89,7 +89,7 @@ def test_the_tool_prints_the_table_and_the_choice(capsys):
     spec = importlib.util.spec_from_file_location("analyze_data", REPO / "tools" / "analyze_data.py")
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
-    assert tool.main(["--config-file", str(REPO / "configs" / "FCOS-R18-small-data.yaml"),
+    assert tool.main(["--config-file", str(REPO / "configs" / "FCOS-R18-small-data-P3-P7.yaml"),
                       "--choose", "DATASETS.TRAIN", f"('{NAME}',)"]) == 0
     out = capsys.readouterr().out
     assert "levels p3, p4, p5, p6, p7 (strides 8, 16, 32, 64, 128)" in out
