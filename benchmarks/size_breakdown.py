@@ -57,7 +57,7 @@ def detections_of(name: str, seed: int, output: Path, regime: str, opts: List[st
     """(ground-truth COCO dict, COCO results list, config, model in eval mode) of the run's
     stored weights."""
     import torch
-    from detectron2.data import MetadataCatalog, build_detection_test_loader
+    from detectron2.data import DatasetCatalog, MetadataCatalog, build_detection_test_loader
     from detectron2.evaluation import COCOEvaluator, inference_on_dataset
 
     from benchmarks.train_quality import catalog, protocol
@@ -67,7 +67,8 @@ def detections_of(name: str, seed: int, output: Path, regime: str, opts: List[st
     if not weights.is_file():
         raise SystemExit(f"{weights}: not found (the weights of {name!r} seed {seed})")
     torch.set_num_threads(1)
-    protocol.register_datasets(regime)
+    if protocol.REGIMES[regime].datasets[0][0] not in DatasetCatalog.list():  # once a process
+        protocol.register_datasets(regime)
     contender = catalog.contender(build or name)
     cfg = contender.config(seed, str(run_dir), opts, regime)
     model = contender.build(cfg)
