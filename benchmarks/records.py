@@ -15,6 +15,7 @@ A record says what ran and where, so that a figure in the docs can be traced to 
 temporary one, so that they never write into the repository).
 """
 import datetime
+import hashlib
 import json
 import math
 import os
@@ -70,6 +71,28 @@ def git_state(repo: Path = REPO) -> Tuple[str, bool]:
     return head.stdout.strip(), bool(changed.stdout.strip())
 
 
+# The small-data recipe's config files: a record names their digest ("recipe"), so that the
+# tables never pool runs of two versions of the recipe under one set of overrides.
+RECIPE_FILES = ("configs/FCOS-R18-small-data.yaml", "configs/Base-FCOS.yaml")
+
+
+def recipe_digest(repo: Path = REPO) -> str:
+    """The first 8 hex digits of the sha256 of the recipe's config files, as they are now."""
+    digest = hashlib.sha256()
+    for name in RECIPE_FILES:
+        path = repo / name
+        digest.update(path.read_bytes() if path.is_file() else b"")
+    return digest.hexdigest()[:8]
+
+
+def overrides_key(record: Dict[str, Any]) -> Tuple[str, ...]:
+    """A record's overrides, with its recipe digest where it has one ("[recipe abcd1234]"):
+    the key that the tables group runs by. Records made before the digest existed have
+    none."""
+    recipe = record.get("recipe")
+    return tuple(record["overrides"]) + ((f"[recipe {recipe}]",) if recipe else ())
+
+
 def make_record(benchmark: str, *, command: str, seed: Optional[int],
                 overrides: Sequence, metrics: Dict[str, Any], times: Dict[str, float],
                 run: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
@@ -79,7 +102,7 @@ def make_record(benchmark: str, *, command: str, seed: Optional[int],
     return {"benchmark": benchmark, "date": date, "commit": commit, "dirty": dirty,
             "cpu": cpu_kind(), "command": command, "seed": seed,
             "overrides": [str(o) for o in overrides], "metrics": metrics, "times": times,
-            "run": run or {}}
+            "run": run or {}, "recipe": recipe_digest()}
 
 
 def append_record(record: Dict[str, Any], path: Optional[Path] = None) -> Path:

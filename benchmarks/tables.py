@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
 from benchmarks import family_tables
-from benchmarks.records import REPO, RESULTS_DIR, RecordsError, read_numbered_records, score
+from benchmarks.records import (REPO, RESULTS_DIR, RecordsError, overrides_key,
+                                read_numbered_records, score)
 from benchmarks.table_cells import commit as _commit, cpu as _cpu, joined as _joined
 from benchmarks.table_cells import mean_std as _mean_std, row as _row, table as _table
 from benchmarks.train_quality import equal_time
@@ -51,7 +52,7 @@ def train_quality_table(numbered: Numbered) -> List[str]:
     """Per (regime, overrides, contender): seeds, AP and AP50 mean / std, training s."""
     rows = []
     groups = _grouped(numbered, lambda r: (r["run"].get("regime", "shapes"),
-                                           tuple(r["overrides"]), r["run"]["contender"]))
+                                           overrides_key(r), r["run"]["contender"]))
     for (regime, overrides, contender), group in groups.items():
         metrics = [r["metrics"] for _, r in group]
         seconds = [r["times"]["train_seconds"] for _, r in group if "train_seconds" in r["times"]]
@@ -107,7 +108,7 @@ def epochs_table(numbered: Numbered) -> List[str]:
     """Per (regime, overrides, epochs E), E ascending: the final AP over the seeds (mean /
     std, range), the best AP along each run (mean), the seconds of a run (mean)."""
     rows = []
-    groups = _grouped(numbered, lambda r: (r["run"]["regime"], tuple(r["overrides"]),
+    groups = _grouped(numbered, lambda r: (r["run"]["regime"], overrides_key(r),
                                            r["run"]["epochs"]))
     for (regime, overrides, epochs), group in sorted(groups.items(),
                                                      key=lambda item: item[0]):

@@ -26,7 +26,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from benchmarks.records import score
+from benchmarks.records import overrides_key, score
 from benchmarks.train_quality.contenders import RECIPE as ANCHOR
 
 SCHEDULE_KEYS = ("SOLVER.MAX_ITER", "SOLVER.STEPS", "SOLVER.WARMUP_ITERS")
@@ -165,7 +165,7 @@ def comparisons(numbered: Numbered) -> List[Comparison]:
     groups: Dict[tuple, Numbered] = OrderedDict()
     for line, record in numbered:
         key = (record["run"].get("regime", "shapes"), cpu_kind(record),
-               other_than_schedule(record["overrides"]))
+               other_than_schedule(overrides_key(record)))  # with the recipe's digest
         groups.setdefault(key, []).append((line, record))
     return [found for (regime, cpu, overrides), group in groups.items()
             for found in comparison(group, f"Regime {regime}, {cpu}, overrides besides the "

@@ -108,3 +108,30 @@ def test_a_training_quality_run_appends_its_result_and_a_record(tmp_path, monkey
     assert record["times"] == {"train_seconds": 99.0}
     assert record["run"] == {"contender": "toy", "status": "ok", "final_losses": {"loss": 0.5},
                              "opts": ["SOLVER.MAX_ITER", "20"], "regime": "thin"}
+
+
+def test_a_record_names_the_recipe_and_tables_never_pool_two_recipes(tmp_path):
+    from benchmarks.tables import train_quality_table
+
+    (tmp_path / "configs").mkdir()
+    recipe = tmp_path / "configs" / "FCOS-R18-small-data.yaml"
+    recipe.write_text("a: 1\n")
+    before = records.recipe_digest(tmp_path)
+    recipe.write_text("a: 2\n")
+    assert len(before) == 8 and records.recipe_digest(tmp_path) != before
+    assert len(records.make_record("x", command="c", seed=0, overrides=[], metrics={},
+                                   times={})["recipe"]) == 8
+
+    def run(seed, ap, digest=None):
+        record = {"seed": seed, "overrides": ["K", "V"], "metrics": {"AP": ap, "AP50": ap},
+                  "times": {}, "run": {"contender": "fcos-d2 recipe"}, "commit": "abc",
+                  "dirty": False, "cpu": {"model": "cpu", "flags": []}}
+        return record if digest is None else {**record, "recipe": digest}
+
+    assert records.overrides_key(run(0, 1.0)) == ("K", "V")
+    assert records.overrides_key(run(0, 1.0, "d1")) == ("K", "V", "[recipe d1]")
+    rows = [line for line in train_quality_table(
+        [(1, run(0, 10.0)), (2, run(1, 20.0)), (3, run(0, 60.0, "d1"))]) if "| fcos-d2" in line]
+    # the two records without a digest in one row, the new recipe's in its own
+    assert len(rows) == 2 and "| K V | 0, 1 | 15.0" in rows[0]
+    assert "| K V [recipe d1] | 0 | 60.0" in rows[1]
