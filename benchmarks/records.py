@@ -9,7 +9,8 @@ A record says what ran and where, so that a figure in the docs can be traced to 
 - ``cpu``: the CPU kind as /proc/cpuinfo names it, its bf16 and AMX flags and the core count;
 - ``command``: the command line that ran;
 - ``seed``, ``overrides`` (config KEY VALUE ... as strings), ``metrics`` and ``times``
-  (seconds), and ``run``: anything else the benchmark keeps (contender, regime, status, ...).
+  (seconds), and ``run``: anything else the benchmark keeps (contender, regime, status, ...);
+- ``recipe``: the digest of the small-data recipe's config files (records since issue 60).
 
 ``FCOS_D2_RECORDS_DIR`` names another folder for the records files (the tests point it at a
 temporary one, so that they never write into the repository).
