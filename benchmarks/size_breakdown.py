@@ -23,11 +23,25 @@ import json
 import shlex
 import sys
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Any, Dict, List, NamedTuple, Tuple
 
 from benchmarks import records
 
 BENCHMARK = "size_breakdown"
+
+
+class Measured(NamedTuple):
+    """One run scored: its name, seed and contender rebuilt as, its results.jsonl line and
+    overrides, the breakdown, its config, model and folder."""
+    name: str
+    seed: int
+    build: str
+    result: dict
+    opts: List[str]
+    metrics: Dict
+    cfg: Any
+    model: Any
+    output: Path
 
 
 def parse_run(text: str) -> Tuple[str, int, str]:
@@ -174,23 +188,24 @@ def main(argv=None) -> int:
         result = run_result(output, name, seed)
         opts = list(result.get("opts", []))
         gt, detections, cfg, model = detections_of(name, seed, output, args.regime, opts, build)
-        measured.append((name, seed, result, opts, breakdown(gt, detections), cfg, model,
-                         output))
-    images = first_images(measured[0][5], args.latency_images)
-    ms = latencies([m[6] for m in measured], images) if images else [None] * len(measured)
+        measured.append(Measured(name, seed, build, result, opts, breakdown(gt, detections),
+                                 cfg, model, output))
+    images = first_images(measured[0].cfg, args.latency_images)
+    ms = latencies([m.model for m in measured], images) if images else [None] * len(measured)
     command = shlex.join(["python", "-m", "benchmarks.size_breakdown",
                           *(argv if argv is not None else sys.argv[1:])])
     rows = []
-    for (name, seed, result, opts, metrics, _, _, output), latency in zip(measured, ms):
+    for m, latency in zip(measured, ms):
         record = records.make_record(
-            BENCHMARK, command=command, seed=seed, overrides=opts, metrics=metrics,
-            times={"train_seconds": result.get("train_seconds"), "ms_per_image": latency},
-            run={"contender": name, "built_as": build, "regime": args.regime,
-                 "weights_from": str(output),
-                 "iterations": result.get("iterations"), "trained_AP": result.get("AP"),
-                 "latency_side_by_side_with": [f"{n}:{s}" for n, s, *_ in measured]})
+            BENCHMARK, command=command, seed=m.seed, overrides=m.opts, metrics=m.metrics,
+            times={"train_seconds": m.result.get("train_seconds"), "ms_per_image": latency},
+            run={"contender": m.name, "built_as": m.build, "regime": args.regime,
+                 "weights_from": str(m.output), "iterations": m.result.get("iterations"),
+                 "trained_AP": m.result.get("AP"),
+                 "latency_side_by_side_with": [f"{o.name}:{o.seed}" for o in measured]})
         records.append_record(record)
-        rows.append((f"{name} (seed {seed}, {latency and round(latency, 1)} ms/image)", metrics))
+        rows.append((f"{m.name} (seed {m.seed}, {latency and round(latency, 1)} ms/image)",
+                     m.metrics))
     print(format_breakdowns(rows))
     return 0
 

@@ -7,7 +7,7 @@ mapper resizes the images (``ResizeShortestEdge`` with the middle of
 (``fcos_d2.modeling.level_fit``).
 """
 import logging
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import numpy as np
 from detectron2.data import DatasetCatalog
@@ -51,7 +51,7 @@ def training_images(cfg, max_images: int) -> List[ImageBoxes]:
     return images
 
 
-def model_fit(cfg, model, images: List[ImageBoxes]) -> Optional[LevelFit]:
+def model_fit(model, images: List[ImageBoxes]) -> Optional[LevelFit]:
     """The fit of `model`'s levels (an FCOS model: ``strides``, ``size_ranges``, ...) to
     `images`; None for a model without FCOS's assignment (ATSS too: it ignores the ranges)."""
     model = getattr(model, "module", model)  # DDP
@@ -65,27 +65,36 @@ def model_fit(cfg, model, images: List[ImageBoxes]) -> Optional[LevelFit]:
                        size_divisibility=divisibility)
 
 
-def fit_report(cfg, model) -> Optional[str]:
-    """The table and its warnings for `model` on ``DATASETS.TRAIN``; None without one."""
+def fit_table_and_warnings(cfg, model) -> Optional[Tuple[str, List[str]]]:
+    """The table for `model` on ``DATASETS.TRAIN`` and its warnings; None without one
+    (``MODEL.FCOS.LEVEL_FIT_IMAGES`` 0, or no FCOS assignment)."""
     max_images = cfg.MODEL.FCOS.LEVEL_FIT_IMAGES
     if max_images <= 0:
         return None
     images = training_images(cfg, max_images)
-    fit = model_fit(cfg, model, images)
+    fit = model_fit(model, images)
     if fit is None:
         return None
     names = ", ".join(cfg.DATASETS.TRAIN)
-    text = f"Level fit on {names} ({len(images)} images): " + format_fit_table(fit)
-    warnings = fit_warnings(fit)
-    return text + "".join(f"\nWARNING: {w}" for w in warnings)
+    return (f"Level fit on {names} ({len(images)} images): " + format_fit_table(fit),
+            fit_warnings(fit))
+
+
+def fit_report(cfg, model) -> Optional[str]:
+    """:func:`fit_table_and_warnings` as text (each warning on a line "WARNING: ...")."""
+    found = fit_table_and_warnings(cfg, model)
+    if found is None:
+        return None
+    table, warnings = found
+    return table + "".join(f"\nWARNING: {w}" for w in warnings)
 
 
 def log_level_fit(cfg, model) -> None:
-    """Logs :func:`fit_report` (its warnings as warnings)."""
-    report = fit_report(cfg, model)
-    if report is None:
+    """Logs :func:`fit_table_and_warnings` (its warnings as warnings)."""
+    found = fit_table_and_warnings(cfg, model)
+    if found is None:
         return
-    table, *warnings = report.split("\nWARNING: ")
+    table, warnings = found
     logger.info(table)
     for warning in warnings:
         logger.warning(f"Level fit: {warning}")

@@ -525,21 +525,24 @@ def test_the_protocol_trains_with_the_optimizer_the_config_names(tmp_path, monke
     assert (built[1].defaults["lr"], built[1].defaults["weight_decay"]) == (0.001, 0.05)
 
 
+class _Toy(torch.nn.Module):
+    """One weight, loss weight x batch; each call appended to `calls` as `record(self, batch)`."""
+
+    def __init__(self, name, calls, record=lambda toy, batch: (toy.name, batch)):
+        super().__init__()
+        self.name, self.weight = name, torch.nn.Parameter(torch.ones(()))
+        self.calls, self.record = calls, record
+
+    def forward(self, batch):
+        self.calls.append(self.record(self, batch))
+        return {"loss": self.weight * batch}
+
+
 def test_iteration_costs_time_the_models_in_turn_after_a_warm_up_round():
     from benchmarks.train_quality.costs import timed_rounds
 
     calls = []
-
-    class Toy(torch.nn.Module):
-        def __init__(self, name):
-            super().__init__()
-            self.name, self.weight = name, torch.nn.Parameter(torch.ones(()))
-
-        def forward(self, batch):
-            calls.append((self.name, batch))
-            return {"loss": self.weight * batch}
-
-    models = {"a": Toy("a"), "b": Toy("b")}
+    models = {"a": _Toy("a", calls), "b": _Toy("b", calls)}
     optimizers = {k: torch.optim.SGD(m.parameters(), lr=0.5) for k, m in models.items()}
     seconds = timed_rounds(models, optimizers, {"a": lambda r: r, "b": lambda r: 10 * r},
                             repeats=2, storage_iter=0)
@@ -552,17 +555,8 @@ def test_contender_costs_run_each_model_in_its_own_precision():
     from benchmarks.train_quality.costs import contender_cost_table, timed_rounds
 
     seen = []
-
-    class Toy(torch.nn.Module):
-        def __init__(self, name):
-            super().__init__()
-            self.name, self.weight = name, torch.nn.Parameter(torch.ones(()))
-
-        def forward(self, batch):
-            seen.append((self.name, torch.is_autocast_enabled("cpu")))
-            return {"loss": self.weight * batch}
-
-    models = {"bf16": Toy("bf16"), "fp32": Toy("fp32")}
+    autocast = lambda toy, batch: (toy.name, torch.is_autocast_enabled("cpu"))  # noqa: E731
+    models = {"bf16": _Toy("bf16", seen, autocast), "fp32": _Toy("fp32", seen, autocast)}
     optimizers = {k: torch.optim.SGD(m.parameters(), lr=0.1) for k, m in models.items()}
     timed_rounds(models, optimizers, {k: lambda r: float(r) for k in models}, repeats=1,
                  storage_iter=0, autocast={"bf16": True})
