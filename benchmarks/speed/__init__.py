@@ -3,7 +3,7 @@ detectron2's built-in FCOS, in one process, same thread count, contenders interl
 (one timing of each in turn, so that load from other processes hits all of them alike),
 median of the timings after a warm-up. Prints a table per row and writes a JSON file.
 
-Rows (``--rows``, comma-separated; default all but backends-ap):
+Rows (``--rows``, comma-separated; default all but backends-ap and entry):
   inference  latency per image at batch 1 and throughput at batch 4, 800x1216, float32 and
              bf16 (CPU; fp16 AMP with --device cuda); fcos-d2 as configs/FCOS-R50.yaml,
              also with MODEL.FCOS.CHANNELS_LAST
@@ -29,6 +29,11 @@ Rows (``--rows``, comma-separated; default all but backends-ap):
   backends-ap  (only when named, with --ap-model CONFIG WEIGHTS, repeatable) the box AP of a
              trained model on its DATASETS.TEST under each MODEL.FCOS.INFERENCE_BACKEND,
              through --eval-only's code path, and its difference to eager fp32's
+  entry      (only when named: it takes minutes) MODEL.FCOS.INFERENCE_BACKEND auto through
+             its entry points, R-50 on --entry-images images of --entry-size (default 50,
+             800x1216) against torchvision fp32's loop: the whole --eval-only command with a
+             cold and a warm compile cache, DefaultPredictor's steady state, a fresh
+             process's first call
 
 The inference, training and host rows show each result beside its arithmetic floor: the
 model's FLOPs over the rate of its own largest conv in that precision, timed in the same run
@@ -44,8 +49,10 @@ threads, every row's results, the target ratios, seconds) to
 The modules: ``timing`` (interleaved medians, autocast, training steps, tables),
 ``contenders`` (the three R-50 FCOS), ``whole_model`` (the inference, training, flops and
 memory rows), ``parts``, ``onnx_row``, ``compile_row``, ``loader_row``, ``labelenc_row``,
-``host_row``, ``backends_row`` (the other rows), ``floor`` (the arithmetic floors) and
-``cli`` (the rows by name, the targets, the command).
+``host_row``, ``backends_row``, ``backends_ap_row``, ``entry_row`` (the other rows; the
+entry row's runs, inputs and fresh process in ``entry_runs``, ``entry_data`` and
+``entry_predictor``), ``floor`` (the arithmetic floors) and ``cli`` (the rows by name, the
+targets, the command).
 
 Usage: python -m benchmarks.speed [--rows inference,training] [--repeats 3] [--quick]
                                  [--device cpu|cuda] [--threads N] [--json output/benchmark.json]

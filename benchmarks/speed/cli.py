@@ -89,11 +89,18 @@ def row_backends_ap(args) -> List[dict]:
     return backends_ap_row.row(args)
 
 
+def row_entry(args) -> List[dict]:
+    from benchmarks.speed import entry_row
+
+    return entry_row.row(args)
+
+
 ROWS = {"inference": row_inference, "training": row_training, "flops": row_flops,
         "memory": row_memory, "parts": row_parts, "onnx": row_onnx, "loader": row_loader,
         "compile": row_compile, "labelenc": row_labelenc, "host": row_host,
-        "backends": row_backends, "backends-ap": row_backends_ap}
-ON_REQUEST = ("backends-ap",)  # rows that need arguments: run only when --rows names them
+        "backends": row_backends, "backends-ap": row_backends_ap, "entry": row_entry}
+# rows that need arguments (backends-ap) or take minutes (entry): run only when named
+ON_REQUEST = ("backends-ap", "entry")
 
 
 def target_ratios(rows: Dict[str, List[dict]], device: str,
@@ -128,7 +135,7 @@ def target_ratios(rows: Dict[str, List[dict]], device: str,
         if measured:
             ratios[f"training {tag} +CL / fcos-d2 fp32 (target <= 0.7)"] = \
                 training[f"fcos-d2 {tag} +CL"] / training["fcos-d2 fp32"]
-    for row in ("onnx", "loader", "compile", "host", "backends", "backends-ap"):
+    for row in ("onnx", "loader", "compile", "host", "backends", "backends-ap", "entry"):
         for result in rows.get(row, []):
             ratios.update(result.get("targets", {}))
     if ratios:
@@ -161,6 +168,10 @@ def parse_args(argv=None):
         int(x) for x in text.split(",")], help="batch sizes of the inference row (default 1,4)")
     parser.add_argument("--backends-size", default="800x1216",
                         help="HxW of the backends row (compiling R-50 takes minutes per size)")
+    parser.add_argument("--entry-images", type=int, default=50,
+                        help="entry: images of its test set (default 50)")
+    parser.add_argument("--entry-size", default=None, metavar="HxW",
+                        help="entry: image size (default 800x1216; with --quick 512x768)")
     parser.add_argument("--ap-model", nargs=2, action="append", default=[],
                         metavar=("CONFIG", "WEIGHTS"),
                         help="backends-ap: a trained model to evaluate (repeatable)")
@@ -223,6 +234,9 @@ def run_record(report: dict, args, argv: List[str], seconds: float) -> dict:
     if args.ap_model:
         options["ap_models"] = [list(pair) for pair in args.ap_model]
         options["ap_register_coco"] = [list(triple) for triple in args.ap_register_coco]
+    if "entry" in options["rows"]:
+        from benchmarks.speed.entry_row import entry_size
+        options.update(entry_images=args.entry_images, entry_size=list(entry_size(args)))
     return records.make_record(
         BENCHMARK, command=f"python -m benchmarks.speed {shlex.join(argv)}", seed=0,
         overrides=[], metrics={"rows": report["rows"], "targets": report["targets"]},
