@@ -79,20 +79,21 @@ def equal_time_tables(numbered: Numbered) -> List[str]:
 
 
 def masks_table(numbered: Numbered) -> List[str]:
-    """Per (contender, overrides, iterations): mask and box AP mean / std over seeds; then the
-    latency records, one row per contender."""
-    runs = [(n, r) for n, r in numbered if r["run"].get("kind") != "latency"]
+    """Per (contender, overrides, iterations, how): mask and box AP mean / std over seeds
+    (trained runs, and stored runs re-evaluated with changed keys); then AP per object size;
+    then the latency records, one row per contender."""
+    scored = [(n, r) for n, r in numbered if r["run"].get("kind") in (None, "reevaluate")]
     rows = []
-    groups = _grouped(runs, lambda r: (r["run"]["contender"], tuple(r["overrides"]),
-                                       r["run"].get("iters")))
-    for (contender, overrides, iters), group in groups.items():
-        rows.append([contender, " ".join(overrides) or "none", iters,
+    for (contender, overrides, iters, how), group in _grouped(scored, _mask_group).items():
+        rows.append([contender, how, " ".join(overrides) or "none", iters,
                      _joined(r["seed"] for _, r in group),
                      _mean_std([r["metrics"]["mask"]["AP"] for _, r in group]),
                      _mean_std([r["metrics"]["box"]["AP"] for _, r in group]),
                      *_provenance(group)])
-    lines = _table(["contender", "overrides", "iterations", "seeds", "mask AP (mean / std)",
-                    "box AP (mean / std)", "commits", "CPU", "records"], rows)
+    lines = _table(["contender", "how", "overrides", "iterations", "seeds",
+                    "mask AP (mean / std)", "box AP (mean / std)", "commits", "CPU",
+                    "records"], rows)
+    lines += masks_by_size_table(numbered)
     latency = [[name, " ".join(r["overrides"]) or "none", r["run"].get("iters"),
                 f"{value['ms_per_image']:.1f}", *_provenance([(n, r)])]
                for n, r in numbered if r["run"].get("kind") == "latency"
@@ -102,6 +103,35 @@ def masks_table(numbered: Numbered) -> List[str]:
         lines += _table(["contender", "overrides", "iterations", "ms / image", "commit", "CPU",
                          "record"], latency)
     return lines
+
+
+def _mask_group(record: dict) -> tuple:
+    how = "re-evaluated" if record["run"].get("kind") == "reevaluate" else "trained"
+    return record["run"]["contender"], tuple(record["overrides"]), record["run"].get("iters"), how
+
+
+def masks_by_size_table(numbered: Numbered) -> List[str]:
+    """Mask and box AP per object size (the box's longer side), mean over seeds, from every
+    record that has them (a run's own, a later ``--by-size`` one: the latest per run)."""
+    latest: Dict[tuple, Tuple[int, dict]] = OrderedDict()
+    for line, record in numbered:
+        if record["metrics"].get("mask_by_size"):
+            latest[(*_mask_group(record), record["seed"])] = (line, record)
+    if not latest:
+        return []
+    rows = []
+    for (contender, overrides, iters, how), group in _grouped(
+            sorted(latest.values(), key=lambda item: item[1]["seed"]), _mask_group).items():
+        labels = list(group[0][1]["metrics"]["mask_by_size"])
+        cells = [f"{statistics.mean(r['metrics'][task][label] for _, r in group):.1f}"
+                 for task in ("mask_by_size", "box_by_size") for label in labels]
+        rows.append([contender, how, " ".join(overrides) or "none", iters,
+                     _joined(r["seed"] for _, r in group), *cells, *_provenance(group)])
+    header = [f"mask {label}" for label in labels] + [f"box {label}" for label in labels]
+    return ["", "AP per object size (the box's longer side, as the mask cap's sizes), mean "
+            "over the seeds:", "",
+            *_table(["contender", "how", "overrides", "iterations", "seeds", *header,
+                     "commits", "CPU", "records"], rows)]
 
 
 def epochs_table(numbered: Numbered) -> List[str]:

@@ -13,6 +13,7 @@ from typing import Dict, List, Optional
 
 import benchmarks.masks as package
 from benchmarks import records
+from benchmarks.masks import reevaluate as stored, sizes
 from benchmarks.masks.configs import (CONTENDERS, REPO, SIPMASK_CONFIG, TRAIN_NAME,
                                       base_config_file, base_max_iter, run_key, setup_cfg,
                                       val_dataset)
@@ -52,8 +53,11 @@ def run_one(name: str, seed: int, output_dir: str, iters: int, opts: List,
     latest = trainer.storage.latest()  # the final evaluation put "bbox/AP", "segm/AP", ...
     scores = {task: {m: latest[f"{task}/{m}"][0] if f"{task}/{m}" in latest else math.nan
                      for m in METRICS} for task in ("bbox", "segm")}
+    by_size = (sizes.run_by_size(Path(output_dir), cfg.DATASETS.TEST[0]) if status == "ok"
+               else {})
     return {"contender": name, "seed": seed, "status": status, "box": scores["bbox"],
-            "mask": scores["segm"],
+            "mask": scores["segm"], "box_by_size": by_size.get("box", {}),
+            "mask_by_size": by_size.get("mask", {}),
             "final_losses": {k: v for k, v in recorder.tail().items() if k.startswith("loss")},
             "train_and_eval_seconds": round(seconds, 1), "iters": iters,
             "base_config": base_config, "commit": commit, **run_key(cfg)}
@@ -136,11 +140,12 @@ def _std(values: List[float]) -> float:
 
 def repository_record(result: dict, command: str, opts: List) -> dict:
     """The ``benchmarks.records`` record of one run's `result` (a results.jsonl line)."""
+    measured = ("box", "mask", "box_by_size", "mask_by_size")
     kept = {k: v for k, v in result.items()
-            if k not in ("box", "mask", "train_and_eval_seconds", "regime", "seed")}
+            if k not in (*measured, "train_and_eval_seconds", "regime", "seed")}
     return records.make_record(
         BENCHMARK, command=command, seed=result["seed"], overrides=opts,
-        metrics={"box": result["box"], "mask": result["mask"]},
+        metrics={k: result[k] for k in measured if k in result},
         times={"train_and_eval_seconds": result["train_and_eval_seconds"]}, run=kept)
 
 
@@ -177,6 +182,8 @@ def main(argv: Optional[List[str]] = None) -> str:
 
     if args.iters is None:
         args.iters = base_max_iter()
+    if args.by_size or args.reevaluate:
+        return score_stored(args, output, command)
     names = list(args.contenders)
     if "sipmask" in names and not SIPMASK_CONFIG.is_file():
         print(f"{SIPMASK_CONFIG.relative_to(REPO)} is missing: the 'sipmask' contender is "
@@ -211,6 +218,31 @@ def main(argv: Optional[List[str]] = None) -> str:
     return table
 
 
+def score_stored(args, output: Path, command: str) -> str:
+    """``--by-size`` / ``--reevaluate``: the stored runs scored again (module
+    ``benchmarks.masks.reevaluate``); returns and prints their records' AP, per size too."""
+    runs = stored.stored_runs(output, args.contenders, args.seeds)
+    if not runs:
+        raise SystemExit(f"benchmarks.masks: no stored run of {args.contenders} with seeds "
+                         f"{args.seeds} under {output / 'runs'}")
+    if args.reevaluate:
+        made = stored.reevaluate(output, runs, stored.parse_assignments(args.reevaluate),
+                                 args.iters, command, args.opts,
+                                 lambda *a: setup_cfg(*a, val_images=args.val_images))
+    else:
+        made = stored.by_size(output, runs, val_dataset(args.val_images), args.iters, command,
+                              args.opts)
+    lines = []
+    for record in made:
+        run, metrics = record["run"], record["metrics"]
+        for task in ("box", "mask"):
+            found = metrics.get(f"{task}_by_size", {})
+            lines.append(f"{run['contender']} seed {record['seed']} {task}: " + ", ".join(
+                f"{label} {value:.1f}" for label, value in found.items()))
+    print("\n".join(lines))
+    return "\n".join(lines)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=f"python -m {MODULE}",
                                      description=package.__doc__.split("\n\n")[0])
@@ -226,6 +258,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--latency-images", type=int, default=100,
                         help="val images timed per contender (0: none)")
     parser.add_argument("--output", default=str(REPO / "output" / "mask_quality"))
+    parser.add_argument("--by-size", action="store_true",
+                        help="score the stored runs' saved detections per object size "
+                             "(a record each) instead of training")
+    parser.add_argument("--reevaluate", action="append", default=[], metavar="KEY=VALUE",
+                        help="evaluate the stored runs' weights again with this key changed "
+                             "(repeatable; a record each) instead of training")
     parser.add_argument("opts", nargs=argparse.REMAINDER, default=[],
                         help="config overrides for every contender (KEY VALUE ...); use a "
                              "separate --output for runs with other overrides")

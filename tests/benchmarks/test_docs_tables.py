@@ -68,8 +68,8 @@ def test_mask_runs_and_latency_get_their_own_tables(tmp_path):
                       run={"kind": "latency", "iters": 600})
     lines = tables.generate(_write(tmp_path / "masks.jsonl", [*runs, latency])).splitlines()
     cpu = "Example CPU (amx_bf16, avx512_bf16)"
-    assert f"| sipmask | none | 600 | 0, 1 | 25.0 / 7.1 | 35.0 / 7.1 | aaaaaaa | {cpu} | 1, 2 |" \
-        in lines
+    assert (f"| sipmask | trained | none | 600 | 0, 1 | 25.0 / 7.1 | 35.0 / 7.1 | aaaaaaa | "
+            f"{cpu} | 1, 2 |") in lines
     assert lines[-1] == f"| sipmask | none | 600 | 42.2 | aaaaaaa | {cpu} | 3 |"
 
 
