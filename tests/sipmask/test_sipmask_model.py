@@ -192,3 +192,22 @@ def test_masks_are_pasted_at_input_resolution_then_resized_to_the_original():
 def test_bad_sipmask_settings_are_refused_naming_the_key(opts, message):
     with pytest.raises(ValueError, match=message):
         build_model(tiny_cfg(*opts))
+
+
+def test_the_p2_p4_quickstart_puts_the_head_on_p2_and_its_basis_masks_at_stride_2():
+    cfg = get_cfg()
+    add_fcos_config(cfg)
+    cfg.merge_from_file(get_config_file("SipMask/quickstart-sipmask-P2-P4.yaml"))
+    cfg.merge_from_list(["MODEL.DEVICE", "cpu", "MODEL.FPN.OUT_CHANNELS", "32",
+                         "MODEL.SIPMASK.NUM_BASIS", "8", "MODEL.SIPMASK.BASIS_HIDDEN_CHANNELS",
+                         "32", "MODEL.FCOS.CHANNELS_LAST", "False"])
+    torch.manual_seed(0)
+    model = build_model(cfg)
+    assert model.head_in_features == ["p2", "p3", "p4"] and not model.basis_in_feature
+    features = model.backbone(torch.zeros(1, 3, 64, 64))
+    *_, basis = model.head([features[f] for f in model.head_in_features])
+    assert basis.shape == (1, 8, 32, 32)  # stride 2: P2's box tower upsampled x2
+    with EventStorage():
+        losses = model([sample()])
+    assert {"loss_fcos_cls", "loss_sipmask_mask"} <= set(losses)
+    assert all(torch.isfinite(v) for v in losses.values())
