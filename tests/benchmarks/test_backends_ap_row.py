@@ -120,7 +120,7 @@ def test_records_hold_each_backends_ap_less_eagers_and_keep_the_skipped(monkeypa
                                                                        tmp_path):
     """The evaluation replaced by fixed scores: the records' arithmetic, by hand."""
     config, weights = tiny_model
-    scores = {"eager": 50.0, "int8_pt2e": 49.25}
+    scores = {"eager": 50.0, "int8_pt2e": 49.25, "auto": 50.5}
     evaluated = []
 
     def fake_evaluate(cfg):
@@ -132,16 +132,19 @@ def test_records_hold_each_backends_ap_less_eagers_and_keep_the_skipped(monkeypa
     monkeypatch.setattr(ap_row, "skip_reason",
                         lambda backend, ok: "no bf16 here" if backend == "bf16_compiled" else "")
     got = ap_row.model_records(config, weights, tmp_path, emulated_ok=False)
-    assert [b for b, _, _ in evaluated] == ["eager", "int8_pt2e"]
+    assert [b for b, _, _ in evaluated] == ["eager", "int8_pt2e", "auto"]
     assert evaluated[1][1:] == (weights, str(tmp_path / "tiny" / "int8_pt2e"))
-    eager, bf16, int8 = got
+    eager, bf16, int8, auto = got
+    assert auto["AP_minus_eager"] == 0.5 and auto["auto_choice"].startswith(
+        "MODEL.FCOS.INFERENCE_BACKEND auto: ")
     assert eager["AP_minus_eager"] == 0.0 and eager["precision"] == "fp32"
     assert bf16 == {"row": "backends-ap", "model": config, "weights": weights,
                     "backend": "bf16_compiled", "skipped": "no bf16 here"}
     assert (int8["AP"], int8["AP50"], int8["AP_minus_eager"]) == (49.25, 69.25, -0.75)
     assert (int8["eval_seconds"], int8["images"], int8["calibration_images"]) == (2.0, 6, 4)
     assert ap_row.targets(got) == {
-        f"int8_pt2e AP - eager fp32 AP, tiny.yaml on {TOY} (target: within 1.0)": -0.75}
+        f"int8_pt2e AP - eager fp32 AP, tiny.yaml on {TOY} (target: within 1.0)": -0.75,
+        f"auto AP - eager fp32 AP, tiny.yaml on {TOY} (target: within 0.1)": 0.5}
 
 
 def test_the_row_evaluates_every_backend_through_eval_only_and_is_tabled(tiny_model, tmp_path,
@@ -156,6 +159,7 @@ def test_the_row_evaluates_every_backend_through_eval_only_and_is_tabled(tiny_mo
     eager = got["eager"]
     assert eager["AP_minus_eager"] == 0.0 and eager["images"] == 6
     assert eager["AP"] >= 99.0  # its own detections: every label found first (see _label...)
+    assert got["auto"]["auto_choice"].startswith("MODEL.FCOS.INFERENCE_BACKEND auto: ")
     for backend, r in got.items():
         if "skipped" in r:  # this CPU lacks the backend: the reason is the result
             assert r["skipped"] == ap_row.skip_reason(backend, False) != ""
