@@ -31,10 +31,19 @@ std and range over seeds, box AP, median latency per image) is printed and writt
 ``OUTPUT/table.md``. Each run also appends a record (commit, CPU, seed, overrides, box and
 mask AP, seconds) to ``benchmarks/results/masks.jsonl`` (``benchmarks.records``).
 
+Each run's record also holds its box and mask AP per object size (the box's longer side in
+the mask cap tool's bins: under 16 px, 16-32, 32-64, over 64), computed by pycocotools from
+the detections its evaluation saved (``sizes``). ``--by-size`` scores stored runs that way
+again, and ``--reevaluate KEY=VALUE`` evaluates their weights with an inference key changed
+(e.g. ``MODEL.SIPMASK.MASK_THRESHOLD=0.5``), one record per run (``reevaluate``).
+
 The modules: ``configs`` (the shared regime, Mask R-CNN on the same trunk, the key a stored
-run must match) and ``cli`` (one run, the latency, the table, the command).
+run must match), ``cli`` (one run, the latency, the table, the command), ``sizes`` (AP per
+object size) and ``reevaluate`` (stored runs scored again).
 
 Usage:
     python -m benchmarks.masks [--contenders sipmask mask-rcnn] [--seeds 0 1 2]
         [--iters N] [--val-images N] [--jobs 2] [--output DIR] [KEY VALUE ...]
+    python -m benchmarks.masks --by-size [--output DIR] [KEY VALUE ...]
+    python -m benchmarks.masks --reevaluate MODEL.SIPMASK.MASK_THRESHOLD=0.5 [--output DIR]
 """
