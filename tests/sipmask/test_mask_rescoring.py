@@ -1,5 +1,6 @@
 """SipMask++'s mask re-scoring (MODEL.SIPMASK.MASK_RESCORING): it changes the scores, not
 the masks, and trains on a tiny config."""
+import pytest
 import torch
 from detectron2.config import get_cfg
 from detectron2.modeling import build_model
@@ -8,7 +9,7 @@ from detectron2.utils.events import EventStorage
 
 from fcos_d2 import add_fcos_config
 from fcos_d2.config import get_config_file
-from fcos_d2.modeling.sipmask.scoring import MaskScoring, mask_iou_targets
+from fcos_d2.modeling.sipmask.scoring import MaskScoring, mask_iou_targets, rescore
 
 
 def tiny_model(*opts):
@@ -37,7 +38,8 @@ def sample(size: int = 64):
 
 
 def test_rescoring_multiplies_the_scores_by_the_predicted_iou_and_keeps_the_masks():
-    model = tiny_model("MODEL.SIPMASK.MASK_RESCORING", "True").eval()
+    model = tiny_model("MODEL.SIPMASK.MASK_RESCORING", "True",
+                       "MODEL.SIPMASK.MASK_RESCORING_SCOPE", "all").eval()
     torch.nn.init.constant_(model.mask_scoring.iou.bias, 0.5)  # predicted IoUs above 0
     inputs = [{"image": sample()["image"], "height": 64, "width": 64}]
     with torch.no_grad():
@@ -84,3 +86,30 @@ def test_a_tiny_config_trains_with_rescoring():
     after = model.mask_scoring.state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before)
     assert isinstance(model.mask_scoring, MaskScoring)
+
+
+def test_the_trained_scope_rescores_only_boxes_of_the_sizes_the_branch_trains_on():
+    scores, iou = torch.tensor([0.8, 0.8, 0.5]), torch.tensor([0.5, 0.5, 0.2])
+    # 20 x 20 px: 100 cells at stride 2 (re-scored); 19 x 20: 95 cells (kept); 40 x 10: 100
+    boxes = torch.tensor([[0.0, 0, 20, 20], [0, 0, 19, 20], [5, 5, 45, 15]])
+    assert torch.allclose(rescore(scores, iou, boxes, 2), torch.tensor([0.4, 0.8, 0.1]))
+    assert torch.allclose(rescore(scores, iou), torch.tensor([0.4, 0.4, 0.1]))  # "all"
+    assert rescore(scores, None, boxes, 2) is scores
+
+
+def test_the_default_scope_leaves_small_detections_as_scored_and_bad_scopes_are_refused():
+    model = tiny_model("MODEL.SIPMASK.MASK_RESCORING", "True").eval()
+    torch.nn.init.constant_(model.mask_scoring.iou.bias, 0.5)
+    inputs = [{"image": sample()["image"], "height": 64, "width": 64}]
+    with torch.no_grad():
+        (rescored,) = model(inputs)
+        model.mask_scoring = None
+        (plain,) = model(inputs)
+    rescored, plain = rescored["instances"], plain["instances"]
+    boxes = plain.pred_boxes.tensor
+    small = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]) < 400
+    assert small.any() and (~small).any()  # both kinds among the detections
+    assert torch.equal(rescored.scores[small], plain.scores[small])
+    assert not torch.allclose(rescored.scores[~small], plain.scores[~small])
+    with pytest.raises(ValueError, match="MODEL.SIPMASK.MASK_RESCORING_SCOPE: 'some'"):
+        tiny_model("MODEL.SIPMASK.MASK_RESCORING_SCOPE", "some")

@@ -58,3 +58,6 @@ def add_sipmask_config(cfg: CN) -> None:
     _C.MASK_RESCORING = False
     # Multiplies the re-scoring loss (itself 10 x the squared error, as SipMask++).
     _C.MASK_RESCORING_LOSS_WEIGHT = 1.0
+    # Beyond SipMask++: "trained" re-scores only detections whose box covers the 100 cells
+    # (at stride 2) the branch trains on, leaving smaller ones as scored; "all": SipMask++.
+    _C.MASK_RESCORING_SCOPE = "trained"

@@ -22,7 +22,7 @@ from .head import SipMaskHead
 from .loss import sipmask_mask_losses
 from .masks import (EMPTY_TARGET_RULES, MASK_STRIDE, MASK_TARGETS, PASTE_STRIDES,
                     paste_mask_probabilities, quadrant_logits, resize_and_threshold)
-from .scoring import MaskScoring, rescore
+from .scoring import RESCORING_SCOPES, MaskScoring, rescore
 
 _PROBS = "sipmask_mask_probs"  # temporary fields: probabilities at the input size,
 _ROW = "sipmask_row"  # and the row of each detection before detector_postprocess
@@ -52,24 +52,29 @@ class SipMask(FCOS):
                  mask_target: str = "threshold", empty_targets: str = "official",
                  crop_rule: str = "official", paste_stride: int = MASK_STRIDE,
                  mask_rescoring: bool = False, rescoring_loss_weight: float = 1.0,
-                 **fcos_options):
+                 rescoring_scope: str = "all", **fcos_options):
         """``basis_in_feature``: the backbone feature that joins the basis masks' input
         ("" none, SipMask's); the head must have been built for it. ``mask_target``,
         ``empty_targets``, ``crop_rule``, ``paste_stride``: ``MODEL.SIPMASK``'s options
         beyond SipMask (the defaults here are SipMask's); ``mask_rescoring``: SipMask++'s
-        re-scoring branch, its loss times ``rescoring_loss_weight``. ``fcos_options``: the
+        re-scoring branch, its loss times ``rescoring_loss_weight``, applied to every
+        detection (``rescoring_scope`` "all", SipMask++) or to those of the sizes it trains
+        on ("trained", fcos-d2's default). ``fcos_options``: the
         keyword arguments of ``FCOS``; ``head`` a SipMaskHead."""
         super().__init__(**fcos_options)
         for key, value, allowed in (("MASK_TARGET", mask_target, MASK_TARGETS),
                                     ("EMPTY_TARGETS", empty_targets, EMPTY_TARGET_RULES),
                                     ("CROP_RULE", crop_rule, CROP_RULES),
-                                    ("PASTE_STRIDE", paste_stride, PASTE_STRIDES)):
+                                    ("PASTE_STRIDE", paste_stride, PASTE_STRIDES),
+                                    ("MASK_RESCORING_SCOPE", rescoring_scope,
+                                     RESCORING_SCOPES)):
             if value not in allowed:
                 raise ValueError(f"MODEL.SIPMASK.{key}: {value!r} is not one of {allowed}")
         self.mask_target, self.empty_targets = mask_target, empty_targets
         self.cell_centre, self.paste_stride = crop_rule == "cell_centre", paste_stride
         self.mask_scoring = MaskScoring(self.num_classes) if mask_rescoring else None
         self.rescoring_loss_weight = rescoring_loss_weight
+        self.rescore_trained_sizes_only = rescoring_scope == "trained"
         self.basis_in_feature = basis_in_feature
         if not isinstance(self.head, SipMaskHead):
             raise TypeError(f"SipMask needs a SipMaskHead, got {type(self.head).__name__}")
@@ -114,6 +119,7 @@ class SipMask(FCOS):
             "paste_stride": sipmask.PASTE_STRIDE,
             "mask_rescoring": sipmask.MASK_RESCORING,
             "rescoring_loss_weight": sipmask.MASK_RESCORING_LOSS_WEIGHT,
+            "rescoring_scope": sipmask.MASK_RESCORING_SCOPE,
         }
 
     def forward_head(self, images: ImageList) -> Tuple[List[Tensor], List[Tensor], List[Tensor],
@@ -182,8 +188,10 @@ class SipMask(FCOS):
                 basis[i], chosen, boxes, result.image_size, cell_centre=self.cell_centre,
                 paste_stride=self.paste_stride))
             if self.mask_scoring is not None:
-                result.scores = rescore(result.scores, self.predicted_mask_iou(
-                    basis[i], chosen, boxes, result.pred_classes))
+                result.scores = rescore(
+                    result.scores, self.predicted_mask_iou(basis[i], chosen, boxes,
+                                                           result.pred_classes),
+                    boxes if self.rescore_trained_sizes_only else None, MASK_STRIDE)
         return [result for result, _ in detections]
 
     def predicted_mask_iou(self, basis: Tensor, coefficients: Tensor, boxes: Tensor,

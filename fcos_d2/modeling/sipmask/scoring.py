@@ -13,7 +13,9 @@ object's target (> 0.5), ``intersection / (union + 0.1)``; only masks whose IoU 
 (0.1, 1] and whose object covers at least 100 cells (20 x 20 input pixels) count. The
 loss: squared error summed over them, times 10, divided by their count + 0.1 (all as
 SipMask-mmdetection). fcos-d2 pads the convs by 1 (theirs: no padding, which maps under
-~190 cells fail), so the branch runs on the quickstart's 64 x 64 maps.
+~190 cells fail), so the branch runs on the quickstart's 64 x 64 maps. SipMask++ re-scores
+every detection, also those smaller than any object the branch trained on; fcos-d2's
+default (``MASK_RESCORING_SCOPE "trained"``) leaves their scores as they are.
 """
 from typing import List, Optional
 
@@ -91,6 +93,20 @@ class RescoringSums:
         return LOSS_SCALE * (total + anchor) / (self.count + 0.1)
 
 
-def rescore(scores: Tensor, predicted_iou: Optional[Tensor]) -> Tensor:
-    """(D,) detection scores times their (D,) predicted mask IoU (unchanged for None)."""
-    return scores if predicted_iou is None else scores * predicted_iou.to(scores.dtype)
+RESCORING_SCOPES = ("trained", "all")
+
+
+def rescore(scores: Tensor, predicted_iou: Optional[Tensor], boxes: Optional[Tensor] = None,
+            stride: int = 2) -> Tensor:
+    """(D,) detection scores times their (D,) predicted mask IoU (unchanged for None).
+
+    With (D, 4) ``boxes`` (input pixels), only the detections whose box covers at least
+    ``MIN_OBJECT_CELLS`` cells of ``stride`` are re-scored: the branch never trains on
+    smaller objects (``mask_iou_targets``), so its prediction there is untrained noise."""
+    if predicted_iou is None:
+        return scores
+    factor = predicted_iou.to(scores.dtype)
+    if boxes is not None:
+        cells = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]) / stride ** 2
+        factor = torch.where(cells >= MIN_OBJECT_CELLS, factor, torch.ones_like(factor))
+    return scores * factor
