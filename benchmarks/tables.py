@@ -110,6 +110,10 @@ def _mask_group(record: dict) -> tuple:
     return record["run"]["contender"], tuple(record["overrides"]), record["run"].get("iters"), how
 
 
+# fcos_d2.modeling.sipmask.mask_cap.SIZE_LABELS (records store them sorted by name)
+SIZE_ORDER = ("< 16 px", "16-32 px", "32-64 px", "> 64 px", "all")
+
+
 def masks_by_size_table(numbered: Numbered) -> List[str]:
     """Mask and box AP per object size (the box's longer side), mean over seeds, from every
     record that has them (a run's own, a later ``--by-size`` one: the latest per run)."""
@@ -122,7 +126,8 @@ def masks_by_size_table(numbered: Numbered) -> List[str]:
     rows = []
     for (contender, overrides, iters, how), group in _grouped(
             sorted(latest.values(), key=lambda item: item[1]["seed"]), _mask_group).items():
-        labels = list(group[0][1]["metrics"]["mask_by_size"])
+        found = group[0][1]["metrics"]["mask_by_size"]
+        labels = sorted(found, key=lambda k: SIZE_ORDER.index(k) if k in SIZE_ORDER else 99)
         cells = [f"{statistics.mean(r['metrics'][task][label] for _, r in group):.1f}"
                  for task in ("mask_by_size", "box_by_size") for label in labels]
         rows.append([contender, how, " ".join(overrides) or "none", iters,

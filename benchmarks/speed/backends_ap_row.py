@@ -63,7 +63,10 @@ def eval_config(config_file: str, weights: str, backend: str, output_dir: str) -
 
 def precision(backend: str) -> str:
     """"native" or "emulated": whether this CPU has the units of ``backend``'s precision
-    (bf16: AVX512-BF16/AMX-BF16; int8: AMX-INT8/VNNI); "" for eager fp32."""
+    (bf16: AVX512-BF16/AMX-BF16; int8: AMX-INT8/VNNI); "" for eager fp32, and for auto
+    where it runs fp32."""
+    if backend == "auto":  # bf16 (eager or compiled) only where it is native, else fp32
+        return "native" if cpu_capabilities()["native_bf16"] else ""
     need = {"bf16_compiled": "native_bf16", "int8_pt2e": "native_int8"}.get(backend)
     if need is None:
         return ""
