@@ -113,6 +113,11 @@ def test_a_backend_this_cpu_cannot_run_is_skipped_with_the_reason(monkeypatch):
     assert "no native bf16" in ap_row.skip_reason("bf16_compiled", emulated_ok=False)
     assert ap_row.skip_reason("bf16_compiled", emulated_ok=True) == ""
     assert ap_row.precision("bf16_compiled") == "emulated"
+    assert ap_row.precision("auto") == ""  # auto runs fp32 without native bf16 ...
+    assert ap_row.skip_reason("auto", emulated_ok=False) == ""  # ... so it is never skipped
+    monkeypatch.setattr(ap_row, "cpu_capabilities",
+                        lambda: {"native_bf16": True, "native_int8": True})
+    assert ap_row.precision("auto") == "native"  # and native bf16 where there is some
     assert "pip install torchao" in ap_row.skip_reason("int8_pt2e", emulated_ok=True)
 
 

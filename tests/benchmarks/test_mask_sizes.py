@@ -93,6 +93,10 @@ def _record(seed, kind, mask_all, **run):
             "run": {"contender": "sipmask", "iters": 10, **({"kind": kind} if kind else {})}}
 
 
+def test_the_tables_order_sizes_as_the_mask_cap_does():
+    assert tables.SIZE_ORDER == SIZE_LABELS
+
+
 def test_masks_table_shows_trained_reevaluated_and_by_size_rows():
     numbered = [(1, _record(0, None, 40.0)), (2, _record(1, None, 50.0)),
                 (3, _record(0, "by_size", 44.0)),  # a later scoring of seed 0 wins
