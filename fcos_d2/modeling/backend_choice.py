@@ -9,8 +9,9 @@ stays loaded and serves, as ``Predictor`` and ``DefaultPredictor`` do):
   least ``COLD_COMPILE_PAYS_AFTER`` images, or at least ``WARM_COMPILE_PAYS_AFTER`` when
   this machine's compile cache already holds the model, ``compile_cache.py``), else eager
   under bf16 autocast, which needs no compile;
-- a CPU with native bf16 but no AMX (AVX512-BF16 alone): eager under bf16 autocast, since
-  compiling measured no faster than eager bf16 there (docs/speed.md);
+- a CPU with native bf16 but no AMX (AVX512-BF16 alone): eager under bf16 autocast; a
+  compile gains only about 7% there (R-50 at 800x1216, docs/speed.md), which repays its
+  compile after hundreds to thousands of images, a threshold not set yet;
 - a CPU without native bf16 (AVX2 only, where bf16 is emulated and slower than float32):
   eager float32, said in a warning;
 - a GPU: eager under float16 autocast (the compiled backends are CPU paths);
@@ -90,7 +91,7 @@ def _on_native_bf16(expected_images: Optional[int], warm: bool, amx: bool) -> Ba
     if not amx:
         return BackendChoice("eager", torch.bfloat16, reason=(
             "MODEL.FCOS.INFERENCE_BACKEND auto: eager bfloat16 (native bf16 through "
-            "AVX512-BF16 without AMX, where a compile measured no faster than eager bf16)"))
+            "AVX512-BF16 without AMX, where a compile gains only about 7%)"))
     needed = WARM_COMPILE_PAYS_AFTER if warm else COLD_COMPILE_PAYS_AFTER
     cache = "the compile cache holds this model" if warm else "nothing cached yet"
     if expected_images is None or expected_images >= needed:
