@@ -10,7 +10,7 @@ stays loaded and serves, as ``Predictor`` and ``DefaultPredictor`` do):
   this machine's compile cache already holds the model, ``compile_cache.py``), else eager
   under bf16 autocast, which needs no compile;
 - a CPU with native bf16 but no AMX (AVX512-BF16 alone): eager under bf16 autocast; a
-  compile gains only about 7% there (R-50 at 800x1216, docs/speed.md), which repays its
+  compile gains only 7-13% there (R-50 at 800x1216, docs/speed.md), which repays its
   compile after hundreds to thousands of images, a threshold not set yet;
 - a CPU without native bf16 (AVX2 only, where bf16 is emulated and slower than float32):
   eager float32, said in a warning;
@@ -91,7 +91,7 @@ def _on_native_bf16(expected_images: Optional[int], warm: bool, amx: bool) -> Ba
     if not amx:
         return BackendChoice("eager", torch.bfloat16, reason=(
             "MODEL.FCOS.INFERENCE_BACKEND auto: eager bfloat16 (native bf16 through "
-            "AVX512-BF16 without AMX, where a compile gains only about 7%)"))
+            "AVX512-BF16 without AMX, where a compile gains only 7-13% at R-50 800x1216)"))
     needed = WARM_COMPILE_PAYS_AFTER if warm else COLD_COMPILE_PAYS_AFTER
     cache = "the compile cache holds this model" if warm else "nothing cached yet"
     if expected_images is None or expected_images >= needed:
