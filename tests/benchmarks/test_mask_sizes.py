@@ -104,5 +104,5 @@ def test_masks_table_shows_trained_reevaluated_and_by_size_rows():
     text = "\n".join(tables.masks_table(numbered))
     assert "| sipmask | trained | none | 10 | 0, 1 | 45.0 / 7.1 |" in text
     assert "| sipmask | re-evaluated | none | 10 | 0 | 60.0 / n/a |" in text
-    assert "| sipmask | trained | none | 10 | 0, 1 | 23.5 | 47.0 | 1.0 | 2.0 | abcdef0 | test cpu | 3, 2 |" \
-        in text
+    assert ("| sipmask | trained | none | 10 | 0, 1 | 23.5 | 47.0 | 1.0 | 2.0 | abcdef0 | "
+            "test cpu | 3, 2 |") in text
