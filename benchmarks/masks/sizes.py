@@ -29,21 +29,31 @@ def _longer_side_area(annotation: dict) -> float:
     return float(max(width, height)) ** 2
 
 
-def ap_by_size(truth_json: Path, detections: List[dict], iou_type: str) -> Dict[str, float]:
-    """{size label: AP x 100} of ``detections`` (COCO result dicts) against the COCO file
-    ``truth_json``, ``iou_type`` "bbox" or "segm"; NaN for a bin without ground truth,
-    0 everywhere without detections."""
-    import numpy as np
+def load_truth(truth_json: Path):
+    """pycocotools' COCO of ``truth_json`` with each object's ``area`` its box's longer side
+    squared (read once, scored against as often as needed)."""
     from pycocotools.coco import COCO
-    from pycocotools.cocoeval import COCOeval
 
     with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints its progress
         truth = COCO(str(truth_json))
         for annotation in truth.dataset["annotations"]:
             annotation["area"] = _longer_side_area(annotation)
         truth.createIndex()
-        if not detections:
-            return {label: 0.0 for label in SIZE_LABELS}
+    return truth
+
+
+def ap_by_size(truth, detections: List[dict], iou_type: str) -> Dict[str, float]:
+    """{size label: AP x 100} of ``detections`` (COCO result dicts) against ``truth`` (a
+    COCO file, or ``load_truth``'s answer), ``iou_type`` "bbox" or "segm"; NaN for a bin
+    without ground truth, 0 everywhere without detections."""
+    import numpy as np
+    from pycocotools.cocoeval import COCOeval
+
+    if not hasattr(truth, "loadRes"):
+        truth = load_truth(truth)
+    if not detections:
+        return {label: 0.0 for label in SIZE_LABELS}
+    with contextlib.redirect_stdout(io.StringIO()):
         found = truth.loadRes([{k: v for k, v in d.items() if k != "area"} for d in detections])
         for annotation in found.dataset["annotations"]:
             annotation["area"] = _longer_side_area(annotation)
@@ -71,10 +81,10 @@ def run_by_size(run_dir: Path, dataset_name: str) -> Dict[str, Dict[str, float]]
     if not path.is_file():
         raise FileNotFoundError(f"benchmarks.masks: {path} is missing: the run saved no "
                                 "detections (its evaluation did not run or OUTPUT_DIR moved)")
-    detections, truth_json = json.loads(path.read_text()), truth_file(dataset_name)
-    scores = {"box": ap_by_size(truth_json, detections, "bbox")}
+    detections, truth = json.loads(path.read_text()), load_truth(truth_file(dataset_name))
+    scores = {"box": ap_by_size(truth, detections, "bbox")}
     if not detections or "segmentation" in detections[0]:
-        scores["mask"] = ap_by_size(truth_json, detections, "segm")
+        scores["mask"] = ap_by_size(truth, detections, "segm")
     return scores
 
 
