@@ -5,6 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.fcos-d2-setup-done
 
 .PHONY: setup test browser quickstart benchmark train-quality train-quality-thin mask-quality \
+	mask-quality-thin \
 	epochs-curve docs-tables clean-venv
 
 # The stamp records that requirements.txt, detectron2 and fcos-d2 were installed; it is
@@ -66,6 +67,11 @@ train-quality-thin: setup
 MASK_QUALITY_ARGS ?=
 mask-quality: setup
 	$(PY) -m benchmarks.masks $(MASK_QUALITY_ARGS)
+
+# The same on the thin shapes with masks (256-352 px, 10 classes, strokes a few px wide),
+# ~4-8x the iteration cost; results in output/mask_quality_thin/.
+mask-quality-thin: setup
+	$(PY) -m benchmarks.masks --regime thin $(MASK_QUALITY_ARGS)
 
 # AP against epochs of the small-data recipe (issue 54): E = 12, 24, 36, 48 epochs x 3 seeds,
 # one run at a time; runs already in output/epochs_curve_<regime>/results.jsonl are kept.

@@ -79,35 +79,43 @@ def equal_time_tables(numbered: Numbered) -> List[str]:
 
 
 def masks_table(numbered: Numbered) -> List[str]:
-    """Per (contender, overrides, iterations, how): mask and box AP mean / std over seeds
-    (trained runs, and stored runs re-evaluated with changed keys); then AP per object size;
-    then the latency records, one row per contender."""
+    """Per (data regime, contender, overrides, iterations, how): mask and box AP mean / std
+    over seeds (trained runs, and stored runs re-evaluated with changed keys); then AP per
+    object size; then the latency records, one row per contender."""
     scored = [(n, r) for n, r in numbered if r["run"].get("kind") in (None, "reevaluate")]
     rows = []
-    for (contender, overrides, iters, how), group in _grouped(scored, _mask_group).items():
-        rows.append([contender, how, " ".join(overrides) or "none", iters,
+    for (regime, contender, overrides, iters, how), group in _grouped(
+            scored, _mask_group).items():
+        rows.append([regime, contender, how, " ".join(overrides) or "none", iters,
                      _joined(r["seed"] for _, r in group),
                      _mean_std([r["metrics"]["mask"]["AP"] for _, r in group]),
                      _mean_std([r["metrics"]["box"]["AP"] for _, r in group]),
                      *_provenance(group)])
-    lines = _table(["contender", "how", "overrides", "iterations", "seeds",
+    lines = _table(["data", "contender", "how", "overrides", "iterations", "seeds",
                     "mask AP (mean / std)", "box AP (mean / std)", "commits", "CPU",
                     "records"], rows)
     lines += masks_by_size_table(numbered)
-    latency = [[name, " ".join(r["overrides"]) or "none", r["run"].get("iters"),
-                f"{value['ms_per_image']:.1f}", *_provenance([(n, r)])]
+    latency = [[_mask_regime(r), name, " ".join(r["overrides"]) or "none",
+                r["run"].get("iters"), f"{value['ms_per_image']:.1f}", *_provenance([(n, r)])]
                for n, r in numbered if r["run"].get("kind") == "latency"
                for name, value in r["metrics"].items()]
     if latency:
         lines += ["", "Latency of the seed-0 models (one thread, batch 1):", ""]
-        lines += _table(["contender", "overrides", "iterations", "ms / image", "commit", "CPU",
-                         "record"], latency)
+        lines += _table(["data", "contender", "overrides", "iterations", "ms / image",
+                         "commit", "CPU", "record"], latency)
     return lines
+
+
+def _mask_regime(record: dict) -> str:
+    """The record's data regime (``benchmarks.masks.configs.REGIMES``); records made before
+    the thin regime existed are the quickstart's."""
+    return record["run"].get("mask_regime", "quickstart")
 
 
 def _mask_group(record: dict) -> tuple:
     how = "re-evaluated" if record["run"].get("kind") == "reevaluate" else "trained"
-    return record["run"]["contender"], tuple(record["overrides"]), record["run"].get("iters"), how
+    return (_mask_regime(record), record["run"]["contender"], tuple(record["overrides"]),
+            record["run"].get("iters"), how)
 
 
 # fcos_d2.modeling.sipmask.mask_cap.SIZE_LABELS (records store them sorted by name)
@@ -124,18 +132,18 @@ def masks_by_size_table(numbered: Numbered) -> List[str]:
     if not latest:
         return []
     rows = []
-    for (contender, overrides, iters, how), group in _grouped(
+    for (regime, contender, overrides, iters, how), group in _grouped(
             sorted(latest.values(), key=lambda item: item[1]["seed"]), _mask_group).items():
         found = group[0][1]["metrics"]["mask_by_size"]
         labels = sorted(found, key=lambda k: SIZE_ORDER.index(k) if k in SIZE_ORDER else 99)
         cells = [f"{statistics.mean(r['metrics'][task][label] for _, r in group):.1f}"
                  for task in ("mask_by_size", "box_by_size") for label in labels]
-        rows.append([contender, how, " ".join(overrides) or "none", iters,
+        rows.append([regime, contender, how, " ".join(overrides) or "none", iters,
                      _joined(r["seed"] for _, r in group), *cells, *_provenance(group)])
     header = [f"mask {label}" for label in labels] + [f"box {label}" for label in labels]
     return ["", "AP per object size (the box's longer side, as the mask cap's sizes), mean "
             "over the seeds:", "",
-            *_table(["contender", "how", "overrides", "iterations", "seeds", *header,
+            *_table(["data", "contender", "how", "overrides", "iterations", "seeds", *header,
                      "commits", "CPU", "records"], rows)]
 
 

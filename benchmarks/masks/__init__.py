@@ -18,6 +18,13 @@ sizes, solver and AMP. On top of it:
   8-124 px objects), 128 sampled proposals per image instead of 512 (at most 6 objects
   an image) and mask-head convs as wide as the FPN (SipMask's head width) instead of 256.
 
+Two data regimes (``--regime``, ``configs.REGIMES``): ``quickstart`` (the default, above)
+and ``thin``: ``synthetic_thin_masks_train`` (400 images) and ``synthetic_thin_masks_val``
+(100), the thin shapes of ``fcos_d2.data.synthetic_thin`` with their masks: 256-352 px
+images at their own size, 10 classes of outlines, crosses, line-drawn glyphs and filled
+shapes of 10-100 px, where a mask a few pixels wide must survive the mask branch's stride.
+Its runs go to ``output/mask_quality_thin`` and their records say ``"mask_regime": "thin"``.
+
 The schedule is the base config's, or that schedule scaled to ``--iters``: MAX_ITER
 becomes ``--iters``, the lr steps and warm-up keep their fractions of it.
 
@@ -42,8 +49,8 @@ run must match), ``cli`` (one run, the latency, the table, the command), ``sizes
 object size) and ``reevaluate`` (stored runs scored again).
 
 Usage:
-    python -m benchmarks.masks [--contenders sipmask mask-rcnn] [--seeds 0 1 2]
-        [--iters N] [--val-images N] [--jobs 2] [--output DIR] [KEY VALUE ...]
+    python -m benchmarks.masks [--regime quickstart|thin] [--contenders sipmask mask-rcnn]
+        [--seeds 0 1 2] [--iters N] [--val-images N] [--jobs 2] [--output DIR] [KEY VALUE ...]
     python -m benchmarks.masks --by-size [--output DIR] [KEY VALUE ...]
     python -m benchmarks.masks --reevaluate MODEL.SIPMASK.MASK_THRESHOLD=0.5 [--output DIR]
 """

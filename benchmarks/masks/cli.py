@@ -14,9 +14,9 @@ from typing import Dict, List, Optional
 import benchmarks.masks as package
 from benchmarks import records
 from benchmarks.masks import reevaluate as stored, sizes
-from benchmarks.masks.configs import (CONTENDERS, REPO, SIPMASK_CONFIG, TRAIN_NAME,
-                                      base_config_file, base_max_iter, run_key, setup_cfg,
-                                      val_dataset)
+from benchmarks.masks.configs import (CONTENDERS, REGIMES, REPO, SIPMASK_CONFIG,
+                                      base_config_file, base_max_iter, regime_of, run_key,
+                                      setup_cfg, val_dataset)
 from benchmarks.runner import (add_child_arguments, append_results, load_results,
                                loss_recorder, module_command, run_all)
 
@@ -26,9 +26,9 @@ METRICS = ("AP", "AP50", "AP75")
 
 
 def run_one(name: str, seed: int, output_dir: str, iters: int, opts: List,
-            val_images: int = 300) -> dict:
-    """Trains contender ``name`` with ``seed`` through the library trainer; returns its box
-    and mask metrics, final losses and training time."""
+            val_images: Optional[int] = None, regime: str = "quickstart") -> dict:
+    """Trains contender ``name`` with ``seed`` on the data `regime` through the library
+    trainer; returns its box and mask metrics, final losses and training time."""
     import torch
     from detectron2.utils.env import seed_all_rng
 
@@ -37,7 +37,7 @@ def run_one(name: str, seed: int, output_dir: str, iters: int, opts: List,
     torch.set_num_threads(1)
     base_config = base_config_file().name
     commit = records.git_state()[0][:7]
-    cfg = setup_cfg(name, seed, output_dir, iters, opts, val_images)
+    cfg = setup_cfg(name, seed, output_dir, iters, opts, val_images, regime)
     seed_all_rng(seed)
     trainer = Trainer(cfg)
     recorder = loss_recorder()
@@ -60,14 +60,15 @@ def run_one(name: str, seed: int, output_dir: str, iters: int, opts: List,
             "mask_by_size": by_size.get("mask", {}),
             "final_losses": {k: v for k, v in recorder.tail().items() if k.startswith("loss")},
             "train_and_eval_seconds": round(seconds, 1), "iters": iters,
-            "base_config": base_config, "commit": commit, **run_key(cfg)}
+            "base_config": base_config, "mask_regime": regime, "commit": commit,
+            **run_key(cfg)}
 
 
 # ---------------------------------------------------------------- latency (one process)
 
 def measure_latency(names: List[str], output: Path, iters: int, opts: List,
-                    num_images: int, val_images: int = 300,
-                    warmup: int = 5) -> Dict[str, dict]:
+                    num_images: int, val_images: Optional[int] = None,
+                    warmup: int = 5, regime: str = "quickstart") -> Dict[str, dict]:
     """Median inference seconds per image of each contender's seed-0 model, timed side by
     side: one thread, batch 1, the contenders alternating image by image.
 
@@ -89,7 +90,7 @@ def measure_latency(names: List[str], output: Path, iters: int, opts: List,
         weights = output / "runs" / f"{name}-0" / "model_final.pth"
         if weights.is_file():
             cfg = setup_cfg(name, 0, str(output / "runs" / f"{name}-0"), iters, opts,
-                            val_images)
+                            val_images, regime)
             models[name] = build_model(cfg).eval()
             FCOSCheckpointer(models[name]).load(str(weights))
     if not models:
@@ -149,12 +150,13 @@ def repository_record(result: dict, command: str, opts: List) -> dict:
         times={"train_and_eval_seconds": result["train_and_eval_seconds"]}, run=kept)
 
 
-def latency_record(latency: Dict[str, dict], command: str, opts: List, iters: int) -> dict:
+def latency_record(latency: Dict[str, dict], command: str, opts: List, iters: int,
+                   regime: str = "quickstart") -> dict:
     """The ``benchmarks.records`` record of the latency of the seed-0 models."""
     return records.make_record(
         BENCHMARK, command=command, seed=0, overrides=opts,
         metrics={name: {"ms_per_image": 1000 * v["median_s"]} for name, v in latency.items()},
-        times={}, run={"kind": "latency", "iters": iters,
+        times={}, run={"kind": "latency", "iters": iters, "mask_regime": regime,
                        "images": {name: v.get("images") for name, v in latency.items()}})
 
 
@@ -164,7 +166,7 @@ def run_child(args, output: Path, command: str) -> None:
     import fcos_d2  # noqa: F401  (before detectron2)
 
     result = run_one(args.run, args.seed, str(output / "runs" / f"{args.run}-{args.seed}"),
-                     args.iters, args.opts, args.val_images)
+                     args.iters, args.opts, args.val_images, args.regime)
     append_results(output / "results.jsonl", [result])
     records.append_record(repository_record(result, command, args.opts))
 
@@ -172,7 +174,8 @@ def run_child(args, output: Path, command: str) -> None:
 def main(argv: Optional[List[str]] = None) -> str:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = _parser().parse_args(argv)
-    output = Path(args.output)
+    data = regime_of(args.regime)
+    output = Path(args.output or REPO / "output" / data.output)
     command = f"python -m {MODULE} {shlex.join(argv)}"
     if args.run:
         run_child(args, output, command)
@@ -190,10 +193,11 @@ def main(argv: Optional[List[str]] = None) -> str:
               "left out", flush=True)
         names.remove("sipmask")
     output.mkdir(parents=True, exist_ok=True)
-    prepare_dataset(TRAIN_NAME)  # once here, so that the runs never race to make them
-    val_dataset(args.val_images)
+    prepare_dataset(data.train)  # once here, so that the runs never race to make them
+    prepare_dataset(val_dataset(args.val_images, args.regime))
     results_file = output / "results.jsonl"
-    keys = {(c, s): run_key(setup_cfg(c, s, "", args.iters, args.opts, args.val_images))
+    keys = {(c, s): run_key(setup_cfg(c, s, "", args.iters, args.opts, args.val_images,
+                                      args.regime))
             for c in names for s in args.seeds}
 
     def matches(row: dict) -> bool:  # rows stored without a model digest run again
@@ -203,14 +207,16 @@ def main(argv: Optional[List[str]] = None) -> str:
     valid = [r for r in load_results(results_file) if matches(r)]
     done = {(r["contender"], r["seed"]) for r in valid}
     todo = [(c, s) for s in args.seeds for c in names if (c, s) not in done]
-    run_all(todo, args.jobs, output, ["--iters", str(args.iters), "--val-images",
-                                      str(args.val_images), *args.opts],
+    sizes_args = [] if args.val_images is None else ["--val-images", str(args.val_images)]
+    run_all(todo, args.jobs, output, ["--iters", str(args.iters), "--regime", args.regime,
+                                      *sizes_args, *args.opts],
             module_command(MODULE))
     latency = measure_latency(names, output, args.iters, args.opts, args.latency_images,
-                              args.val_images)
+                              args.val_images, regime=args.regime)
     (output / "latency.json").write_text(json.dumps(latency, indent=1) + "\n")
     if latency:
-        records.append_record(latency_record(latency, command, args.opts, args.iters))
+        records.append_record(latency_record(latency, command, args.opts, args.iters,
+                                             args.regime))
     valid = [r for r in load_results(results_file) if matches(r)]
     table = summarise(valid, latency, list(CONTENDERS))
     (output / "table.md").write_text(table + "\n")
@@ -228,10 +234,11 @@ def score_stored(args, output: Path, command: str) -> str:
     if args.reevaluate:
         made = stored.reevaluate(output, runs, stored.parse_assignments(args.reevaluate),
                                  args.iters, command, args.opts,
-                                 lambda *a: setup_cfg(*a, val_images=args.val_images))
+                                 lambda *a: setup_cfg(*a, val_images=args.val_images,
+                                                      regime=args.regime), args.regime)
     else:
-        made = stored.by_size(output, runs, val_dataset(args.val_images), args.iters, command,
-                              args.opts)
+        made = stored.by_size(output, runs, val_dataset(args.val_images, args.regime),
+                              args.iters, command, args.opts, args.regime)
     lines = []
     for record in made:
         run, metrics = record["run"], record["metrics"]
@@ -253,11 +260,17 @@ def _parser() -> argparse.ArgumentParser:
                         help="training iterations of every run (the base schedule scaled); "
                              "default: the base config's SOLVER.MAX_ITER")
     parser.add_argument("--jobs", type=int, default=2, help="runs at once, one thread each")
-    parser.add_argument("--val-images", type=int, default=300,
-                        help="score on the first N images of synthetic_masks_val (all 300)")
+    parser.add_argument("--regime", choices=sorted(REGIMES), default="quickstart",
+                        help="quickstart: the mask quickstart's 128-px shapes (default); "
+                             "thin: 256-352 px images of thin and filled shapes, 10 classes")
+    parser.add_argument("--val-images", type=int, default=None,
+                        help="score on the first N val images (default all: 300 quickstart, "
+                             "100 thin)")
     parser.add_argument("--latency-images", type=int, default=100,
                         help="val images timed per contender (0: none)")
-    parser.add_argument("--output", default=str(REPO / "output" / "mask_quality"))
+    parser.add_argument("--output", default=None,
+                        help="default output/mask_quality (quickstart), "
+                             "output/mask_quality_thin (thin)")
     parser.add_argument("--by-size", action="store_true",
                         help="score the stored runs' saved detections per object size "
                              "(a record each) instead of training")

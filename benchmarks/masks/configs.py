@@ -1,10 +1,11 @@
-"""The configs of the mask benchmark (``benchmarks.masks``): the base config, the regime both
-contenders share, Mask R-CNN on SipMask's ResNet trunk (``benchmarks.rcnn``), and the key a
-stored run must match to be reused."""
+"""The configs of the mask benchmark (``benchmarks.masks``): the base config, the data
+regimes (``REGIMES``), the regime both contenders share, Mask R-CNN on SipMask's ResNet trunk
+(``benchmarks.rcnn``), and the key a stored run must match to be reused."""
 import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import List
+from typing import Dict, List, Optional, Tuple
 
 from benchmarks.rcnn import faster_rcnn_overrides, register_trunk_fpn_backbone
 
@@ -13,6 +14,38 @@ SIPMASK_CONFIG = REPO / "configs" / "quickstart-sipmask.yaml"
 FALLBACK_CONFIG = REPO / "configs" / "quickstart.yaml"
 TRAIN_NAME, VAL_NAME = "synthetic_masks_train", "synthetic_masks_val"
 CONTENDERS = ("sipmask", "mask-rcnn")
+
+
+@dataclass(frozen=True)
+class MaskRegime:
+    """The data of a mask benchmark regime: train and val sets (``fcos_d2.data``'s built-in
+    sets with masks), val images scored by default, the keys the data needs on top of the
+    base config, and the default output folder under output/."""
+
+    train: str
+    val: str
+    val_images: int
+    overrides: Tuple = ()
+    output: str = "mask_quality"
+
+
+REGIMES: Dict[str, MaskRegime] = {
+    # the mask quickstart's own data: 128-px shapes, 6 classes, 3000 train and 300 val images
+    "quickstart": MaskRegime(TRAIN_NAME, VAL_NAME, 300),
+    # the thin shapes with masks: 256-352 px images (each at its own size), 10 classes of
+    # outlines, crosses, glyphs and filled shapes of 10-100 px; 400 train and 100 val images
+    "thin": MaskRegime("synthetic_thin_masks_train", "synthetic_thin_masks_val", 100,
+                       ("MODEL.FCOS.NUM_CLASSES", 10, "INPUT.MIN_SIZE_TRAIN", (256,),
+                        "INPUT.MAX_SIZE_TRAIN", 352, "INPUT.MIN_SIZE_TEST", 256,
+                        "INPUT.MAX_SIZE_TEST", 352), "mask_quality_thin"),
+}
+
+
+def regime_of(name: str) -> MaskRegime:
+    if name not in REGIMES:
+        raise ValueError(f"benchmarks.masks: unknown regime '{name}'; use one of "
+                         f"{sorted(REGIMES)}")
+    return REGIMES[name]
 
 
 def base_config_file() -> Path:
@@ -111,29 +144,33 @@ def base_max_iter() -> int:
     return cfg.SOLVER.MAX_ITER
 
 
-def val_dataset(val_images: int) -> str:
-    """The name of the first ``val_images`` images of ``synthetic_masks_val``, registered
-    (and generated) on first use; the whole split is ``synthetic_masks_val`` itself."""
+def val_dataset(val_images: Optional[int] = None, regime: str = "quickstart") -> str:
+    """The name of the first ``val_images`` images of the regime's val set, registered (and
+    generated) on first use; the whole split (``val_images`` None or all of them) is the
+    regime's val set itself."""
     import fcos_d2  # noqa: F401  (before detectron2)
     from detectron2.data import DatasetCatalog
 
-    from fcos_d2.data import register_coco_dataset, synthetic
+    from fcos_d2.data import register_coco_dataset, synthetic, synthetic_thin
 
-    if val_images == synthetic.NUM_IMAGES["val"]:
-        return VAL_NAME
-    name = f"{VAL_NAME}_first_{val_images}"
+    data = regime_of(regime)
+    if val_images is None or val_images == data.val_images:
+        return data.val
+    name = f"{data.val}_first_{val_images}"
     if name not in DatasetCatalog.list():
-        folder = synthetic.ensure_synthetic_shapes("val", num_images=val_images, masks=True)
+        ensure = (synthetic_thin.ensure_synthetic_thin if regime == "thin"
+                  else synthetic.ensure_synthetic_shapes)
+        folder = ensure("val", num_images=val_images, masks=True)
         register_coco_dataset(name, str(folder / synthetic.ANNOTATIONS_FILE),
                               str(folder / synthetic.IMAGES_FOLDER))
     return name
 
 
 def setup_cfg(name: str, seed: int, output_dir: str, iters: int, opts: List,
-              val_images: int = 300):
-    """The config of contender ``name``: the base config, the shared regime (scored on
-    the first ``val_images`` val images), then the contender's detector keys; ``opts``
-    last."""
+              val_images: Optional[int] = None, regime: str = "quickstart"):
+    """The config of contender ``name``: the base config, the data `regime`'s keys, the
+    shared regime (scored on the first ``val_images`` val images, default all), then the
+    contender's detector keys; ``opts`` last."""
     from detectron2.config import get_cfg
 
     from fcos_d2 import add_fcos_config
@@ -144,8 +181,10 @@ def setup_cfg(name: str, seed: int, output_dir: str, iters: int, opts: List,
     cfg = get_cfg()
     add_fcos_config(cfg)
     cfg.merge_from_file(str(base_config_file()))
-    cfg.merge_from_list(["DATASETS.TRAIN", (TRAIN_NAME,),
-                         "DATASETS.TEST", (val_dataset(val_images),),
+    data = regime_of(regime)
+    cfg.merge_from_list(list(data.overrides))
+    cfg.merge_from_list(["DATASETS.TRAIN", (data.train,),
+                         "DATASETS.TEST", (val_dataset(val_images, regime),),
                          "MODEL.MASK_ON", True, "INPUT.MASK_FORMAT", "bitmask",
                          "DATALOADER.NUM_WORKERS", 0, "MODEL.DEVICE", "cpu", "SEED", seed,
                          "OUTPUT_DIR", output_dir, *schedule_overrides(cfg, iters)])

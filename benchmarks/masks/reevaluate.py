@@ -47,30 +47,33 @@ def stored_runs(output: Path, contenders: Sequence[str], seeds: Sequence[int]
 
 def size_record(name: str, seed: int, iters: int, scores: Dict[str, Dict[str, float]],
                 command: str, overrides: Sequence, kind: str,
-                metrics: Dict = None) -> dict:
+                metrics: Dict = None, regime: str = "quickstart") -> dict:
     """The record of one run scored by size (``kind`` "by_size"), or re-evaluated
     (``kind`` "reevaluate", with its box and mask ``metrics`` as the trained runs')."""
     return records.make_record(
         BENCHMARK, command=command, seed=seed, overrides=overrides,
         metrics={**(metrics or {}), "box_by_size": scores["box"],
                  "mask_by_size": scores.get("mask", {})},
-        times={}, run={"kind": kind, "contender": name, "iters": iters})
+        times={}, run={"kind": kind, "contender": name, "iters": iters,
+                       "mask_regime": regime})
 
 
 def by_size(output: Path, runs: List[Tuple[str, int, Path]], dataset: str, iters: int,
-            command: str, opts: Sequence) -> List[dict]:
-    """A "by_size" record of each run in ``runs``, appended to the records file."""
+            command: str, opts: Sequence, regime: str = "quickstart") -> List[dict]:
+    """A "by_size" record of each run in ``runs`` (of data `regime`), appended to the
+    records file."""
     made = []
     for name, seed, folder in runs:
         record = size_record(name, seed, iters, sizes.run_by_size(folder, dataset), command,
-                             opts, "by_size")
+                             opts, "by_size", regime=regime)
         records.append_record(record)
         made.append(record)
     return made
 
 
 def reevaluate(output: Path, runs: List[Tuple[str, int, Path]], changed: List, iters: int,
-               command: str, opts: Sequence, setup: Callable) -> List[dict]:
+               command: str, opts: Sequence, setup: Callable,
+               regime: str = "quickstart") -> List[dict]:
     """Each run's final weights evaluated with ``changed`` keys after ``opts``
     (``setup(name, seed, output_dir, iters, opts)`` gives the config), a "reevaluate"
     record each, appended to the records file."""
@@ -90,7 +93,7 @@ def reevaluate(output: Path, runs: List[Tuple[str, int, Path]], changed: List, i
         metrics = {"box": dict(results["bbox"]), "mask": dict(results.get("segm", {}))}
         record = size_record(name, seed, iters,
                              sizes.run_by_size(run_dir, cfg.DATASETS.TEST[0]), command,
-                             [*opts, *changed], "reevaluate", metrics)
+                             [*opts, *changed], "reevaluate", metrics, regime)
         records.append_record(record)
         made.append(record)
     return made

@@ -5,6 +5,7 @@ dropped at loading (``boxes``), and the image reader and mapper of the data load
 Importing this package registers ``synthetic_shapes_train`` and ``synthetic_shapes_val``,
 and their twins with instance masks ``synthetic_masks_train`` and ``synthetic_masks_val``,
 with detectron2, and the thin-shapes set ``synthetic_thin_train`` and ``synthetic_thin_val``
+and its twins with masks ``synthetic_thin_masks_train`` and ``synthetic_thin_masks_val``
 (``synthetic_thin``) (nothing is generated until they are first loaded or prepared).
 """
 from . import synthetic, synthetic_thin
@@ -17,7 +18,7 @@ from .synthetic import ensure_synthetic_shapes
 # Side effect: registers the synthetic names; skips names already registered, so a second
 # import (or a reload) is harmless.
 synthetic.register_synthetic_shapes()
-synthetic_thin.register_synthetic_thin()  # synthetic_thin_train/val (second small-data regime)
+synthetic_thin.register_synthetic_thin()  # synthetic_thin[_masks]_train/val
 
 __all__ = ["FCOSDatasetMapper", "UnreadableImageError", "check_num_classes",
            "drop_invalid_boxes", "ensure_synthetic_shapes", "filter_invalid_boxes_on_load",
@@ -36,5 +37,5 @@ def prepare_dataset(name: str) -> None:
     """
     if synthetic.is_synthetic(name):
         synthetic.prepare_synthetic_shapes(name)
-    elif name in synthetic_thin.DATASET_SPLITS:
+    elif synthetic_thin.is_synthetic_thin(name):
         synthetic_thin.prepare_synthetic_thin(name)

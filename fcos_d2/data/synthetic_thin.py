@@ -15,11 +15,15 @@ Colours come from ``synthetic.PALETTE`` whatever the class, backgrounds are text
 
 Names: ``synthetic_thin_train`` (400 images) and ``synthetic_thin_val`` (100), registered
 by ``import fcos_d2.data``; annotations are COCO as in ``synthetic`` (category ids 1..10,
-tight XYWH box of the visible pixels, ``area`` their count). Generation is deterministic:
-image ``i`` depends only on (split seed, i). Cache:
-``$FCOS_D2_DATASETS_CACHE/synthetic_thin_v1/<split>/`` (default ``~/.cache/fcos_d2``),
-apart from ``synthetic_shapes_v1`` so that the figures measured there stay valid; written
-to a temporary folder and renamed into place under a file lock, as ``synthetic`` does.
+tight XYWH box of the visible pixels, ``area`` their count). Their twins with instance masks,
+``synthetic_thin_masks_train`` and ``synthetic_thin_masks_val`` (``MASK_DATASET_SPLITS``),
+are the same images and boxes with each object's visible pixels as an RLE "segmentation"
+(the thin mask regime of ``python -m benchmarks.masks --regime thin``). Generation is
+deterministic: image ``i`` depends only on (split seed, i). Cache:
+``$FCOS_D2_DATASETS_CACHE/synthetic_thin_v1/<split>/`` (default ``~/.cache/fcos_d2``), and
+``synthetic_thin_masks_v1`` for the set with masks, apart from ``synthetic_shapes_v1`` so
+that the figures measured there stay valid; written to a temporary folder and renamed into
+place under a file lock, as ``synthetic`` does.
 """
 import functools
 import json
@@ -37,11 +41,15 @@ from detectron2.data import DatasetCatalog, MetadataCatalog
 from detectron2.data.datasets import load_coco_json
 
 from ..progress import Progress
+from .masks import mask_to_rle
 from .synthetic import (ANNOTATIONS_FILE, CACHE_ENV, IMAGES_FOLDER, exclusive_lock,
                         pick_color, tight_box)
 
 CACHE_FOLDER = "synthetic_thin_v1"  # bump the version whenever the output changes
+MASKS_CACHE_FOLDER = "synthetic_thin_masks_v1"  # v1 with an RLE "segmentation" per object
 DATASET_SPLITS: Dict[str, str] = {"synthetic_thin_train": "train", "synthetic_thin_val": "val"}
+MASK_DATASET_SPLITS: Dict[str, str] = {"synthetic_thin_masks_train": "train",
+                                       "synthetic_thin_masks_val": "val"}
 NUM_IMAGES: Dict[str, int] = {"train": 400, "val": 100}
 SPLIT_SEEDS: Dict[str, int] = {"train": 20261201, "val": 20261202}
 CLASS_NAMES: Tuple[str, ...] = ("disc", "square", "triangle", "ring", "square_outline",
@@ -195,15 +203,17 @@ def render_thin_image(*, seed: int, index: int) -> Tuple[np.ndarray, List[Tuple[
 
 
 def write_thin_split(out_dir: Path, *, split: str, num_images: int,
-                     progress: bool = False) -> None:
+                     progress: bool = False, masks: bool = False) -> None:
     """Renders the first `num_images` images of `split` into `out_dir` (``images/`` and
     COCO ``annotations.json``), not atomically (see ``ensure_synthetic_thin``); with
-    ``progress``, reports the images done and the ETA (``fcos_d2.progress``)."""
+    ``progress``, reports the images done and the ETA (``fcos_d2.progress``); with
+    ``masks``, each annotation also holds its visible pixels as an RLE "segmentation"."""
     images_dir = Path(out_dir) / IMAGES_FOLDER
     images_dir.mkdir(parents=True, exist_ok=True)
     images, annotations = [], []
-    bar = Progress(num_images, f"synthetic thin shapes, {split} split: generating (first use)",
-                   "images", enabled=progress)
+    folder = MASKS_CACHE_FOLDER if masks else CACHE_FOLDER
+    bar = Progress(num_images, f"synthetic thin shapes{' with masks' if masks else ''}, "
+                   f"{split} split: generating (first use)", "images", enabled=progress)
     for index in range(num_images):
         pixels, objects = render_thin_image(seed=SPLIT_SEEDS[split], index=index)
         image_id, file_name = index + 1, f"{index:06d}.png"
@@ -214,8 +224,9 @@ def write_thin_split(out_dir: Path, *, split: str, num_images: int,
         for class_index, visible in objects:
             annotations.append({"id": len(annotations) + 1, "image_id": image_id,
                                 "category_id": class_index + 1, "bbox": list(tight_box(visible)),
-                                "area": int(visible.sum()), "iscrowd": 0})
-    coco = {"info": {"description": f"fcos_d2 synthetic thin shapes, {CACHE_FOLDER}",
+                                "area": int(visible.sum()), "iscrowd": 0,
+                                **({"segmentation": mask_to_rle(visible)} if masks else {})})
+    coco = {"info": {"description": f"fcos_d2 synthetic thin shapes, {folder}",
                      "split": split, "num_images": num_images, "seed": SPLIT_SEEDS[split]},
             "licenses": [], "images": images, "annotations": annotations,
             "categories": [{"id": i + 1, "name": name, "supercategory": "shape"}
@@ -225,20 +236,23 @@ def write_thin_split(out_dir: Path, *, split: str, num_images: int,
     bar.close()
 
 
-def thin_cache_root() -> Path:
-    """``$FCOS_D2_DATASETS_CACHE/synthetic_thin_v1`` (default ``~/.cache/fcos_d2/...``)."""
+def thin_cache_root(*, masks: bool = False) -> Path:
+    """``$FCOS_D2_DATASETS_CACHE/synthetic_thin_v1`` (default ``~/.cache/fcos_d2/...``), or
+    ``.../synthetic_thin_masks_v1`` for the set with masks."""
     base = os.environ.get(CACHE_ENV) or os.path.join("~", ".cache", "fcos_d2")
-    return Path(os.path.expandvars(base)).expanduser() / CACHE_FOLDER
+    return Path(os.path.expandvars(base)).expanduser() / (MASKS_CACHE_FOLDER if masks
+                                                          else CACHE_FOLDER)
 
 
 def ensure_synthetic_thin(split: str, *, root: Optional[Path] = None,
-                          num_images: Optional[int] = None) -> Path:
+                          num_images: Optional[int] = None, masks: bool = False) -> Path:
     """Generates a split unless cached (atomically, under a lock) and returns its folder:
-    ``root/<split>`` for ``NUM_IMAGES[split]`` images, else ``root/<split>_<count>``."""
+    ``root/<split>`` for ``NUM_IMAGES[split]`` images, else ``root/<split>_<count>``; root
+    defaults to ``thin_cache_root(masks=masks)``."""
     if split not in SPLIT_SEEDS:
         raise ValueError(f"synthetic thin shapes: unknown split '{split}'; use one of "
                          f"{sorted(SPLIT_SEEDS)}")
-    root = thin_cache_root() if root is None else Path(root)
+    root = thin_cache_root(masks=masks) if root is None else Path(root)
     count = NUM_IMAGES[split] if num_images is None else int(num_images)
     split_dir = root / (split if count == NUM_IMAGES[split] else f"{split}_{count}")
     if (split_dir / ANNOTATIONS_FILE).is_file():
@@ -249,33 +263,48 @@ def ensure_synthetic_thin(split: str, *, root: Optional[Path] = None,
             return split_dir
         temporary = root / f".{split_dir.name}.tmp-{os.getpid()}-{uuid.uuid4().hex}"
         try:
-            write_thin_split(temporary, split=split, num_images=count, progress=True)
+            write_thin_split(temporary, split=split, num_images=count, progress=True,
+                             masks=masks)
             os.rename(temporary, split_dir)
         finally:
             shutil.rmtree(temporary, ignore_errors=True)
     return split_dir
 
 
-def register_synthetic_thin(root: Optional[Path] = None) -> None:
-    """Registers ``DATASET_SPLITS`` with detectron2 (names already there are left alone);
-    nothing is generated before the data is first loaded or prepared."""
-    folder = thin_cache_root() if root is None else Path(root)
-    for name, split in DATASET_SPLITS.items():
-        if name in DatasetCatalog.list():
-            continue
-        split_dir = folder / split
-        DatasetCatalog.register(name, functools.partial(_load, split, folder, name))
-        MetadataCatalog.get(name).set(thing_classes=list(CLASS_NAMES), evaluator_type="coco",
-                                      json_file=str(split_dir / ANNOTATIONS_FILE),
-                                      image_root=str(split_dir / IMAGES_FOLDER))
+def register_synthetic_thin(root: Optional[Path] = None,
+                            masks_root: Optional[Path] = None) -> None:
+    """Registers ``DATASET_SPLITS`` (under `root`, default ``thin_cache_root()``) and
+    ``MASK_DATASET_SPLITS`` (under `masks_root`, default ``thin_cache_root(masks=True)``)
+    with detectron2 (names already there are left alone); nothing is generated before the
+    data is first loaded or prepared."""
+    roots = {False: thin_cache_root() if root is None else Path(root),
+             True: thin_cache_root(masks=True) if masks_root is None else Path(masks_root)}
+    for masks, splits in ((False, DATASET_SPLITS), (True, MASK_DATASET_SPLITS)):
+        for name, split in splits.items():
+            if name in DatasetCatalog.list():
+                continue
+            split_dir = roots[masks] / split
+            DatasetCatalog.register(name, functools.partial(_load, split, roots[masks], name,
+                                                            masks))
+            MetadataCatalog.get(name).set(thing_classes=list(CLASS_NAMES),
+                                          evaluator_type="coco",
+                                          json_file=str(split_dir / ANNOTATIONS_FILE),
+                                          image_root=str(split_dir / IMAGES_FOLDER))
 
 
-def _load(split: str, root: Path, name: str) -> List[dict]:
-    split_dir = ensure_synthetic_thin(split, root=root)
+def is_synthetic_thin(name: str) -> bool:
+    """Whether `name` is one of the thin-shapes datasets (with or without masks)."""
+    return name in DATASET_SPLITS or name in MASK_DATASET_SPLITS
+
+
+def _load(split: str, root: Path, name: str, masks: bool = False) -> List[dict]:
+    split_dir = ensure_synthetic_thin(split, root=root, masks=masks)
     return load_coco_json(str(split_dir / ANNOTATIONS_FILE), str(split_dir / IMAGES_FOLDER), name)
 
 
 def prepare_synthetic_thin(name: str) -> Path:
     """Generates the split of registered name `name` where its metadata says it lives."""
     split_dir = Path(MetadataCatalog.get(name).json_file).parent
-    return ensure_synthetic_thin(DATASET_SPLITS[name], root=split_dir.parent)
+    masks = name in MASK_DATASET_SPLITS
+    split = (MASK_DATASET_SPLITS if masks else DATASET_SPLITS)[name]
+    return ensure_synthetic_thin(split, root=split_dir.parent, masks=masks)

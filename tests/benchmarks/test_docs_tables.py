@@ -64,13 +64,19 @@ def test_speed_rows_give_timed_results_parts_other_results_and_the_targets(tmp_p
 def test_mask_runs_and_latency_get_their_own_tables(tmp_path):
     runs = [_record("masks", seed, metrics={"mask": {"AP": ap}, "box": {"AP": ap + 10}},
                     run={"contender": "sipmask", "iters": 600}) for seed, ap in ((0, 20), (1, 30))]
+    thin = _record("masks", 0, metrics={"mask": {"AP": 5}, "box": {"AP": 15}},
+                   run={"contender": "sipmask", "iters": 600, "mask_regime": "thin"})
     latency = _record("masks", metrics={"sipmask": {"ms_per_image": 42.25}},
-                      run={"kind": "latency", "iters": 600})
-    lines = tables.generate(_write(tmp_path / "masks.jsonl", [*runs, latency])).splitlines()
+                      run={"kind": "latency", "iters": 600, "mask_regime": "thin"})
+    lines = tables.generate(_write(tmp_path / "masks.jsonl",
+                                   [*runs, thin, latency])).splitlines()
     cpu = "Example CPU (amx_bf16, avx512_bf16)"
-    assert (f"| sipmask | trained | none | 600 | 0, 1 | 25.0 / 7.1 | 35.0 / 7.1 | aaaaaaa | "
-            f"{cpu} | 1, 2 |") in lines
-    assert lines[-1] == f"| sipmask | none | 600 | 42.2 | aaaaaaa | {cpu} | 3 |"
+    # records without a data regime are the quickstart's; the thin one is a row of its own
+    assert (f"| quickstart | sipmask | trained | none | 600 | 0, 1 | 25.0 / 7.1 | 35.0 / 7.1 | "
+            f"aaaaaaa | {cpu} | 1, 2 |") in lines
+    assert (f"| thin | sipmask | trained | none | 600 | 0 | 5.0 / n/a | 15.0 / n/a | "
+            f"aaaaaaa | {cpu} | 3 |") in lines
+    assert lines[-1] == f"| thin | sipmask | none | 600 | 42.2 | aaaaaaa | {cpu} | 4 |"
 
 
 def test_cost_estimates_give_each_model_and_its_ratio_to_the_reference(tmp_path):

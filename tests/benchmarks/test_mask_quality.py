@@ -25,6 +25,20 @@ def test_contenders_share_the_regime_and_differ_only_in_the_detector():
     assert rcnn.SEED == 1 and rcnn.SOLVER.MAX_ITER == 300
 
 
+def test_the_thin_regime_changes_the_data_its_classes_and_input_sizes_for_both():
+    sipmask, rcnn = (mq.setup_cfg(name, 0, "unused", 300, [], regime="thin")
+                     for name in mq.CONTENDERS)
+    assert mconf.shared_regime(sipmask) == mconf.shared_regime(rcnn)
+    assert (sipmask.DATASETS.TRAIN, sipmask.DATASETS.TEST) == \
+        (("synthetic_thin_masks_train",), ("synthetic_thin_masks_val",))
+    assert sipmask.MODEL.FCOS.NUM_CLASSES == rcnn.MODEL.ROI_HEADS.NUM_CLASSES == 10
+    assert (sipmask.INPUT.MIN_SIZE_TRAIN, sipmask.INPUT.MAX_SIZE_TEST) == ((256,), 352)
+    quickstart = mq.setup_cfg("sipmask", 0, "unused", 300, [])
+    assert mconf.shared_regime(quickstart) != mconf.shared_regime(sipmask)
+    with pytest.raises(ValueError, match="unknown regime 'coco'"):
+        mq.setup_cfg("sipmask", 0, "unused", 10, [], regime="coco")
+
+
 def test_schedule_keeps_its_fractions_when_shortened():
     cfg = mq.setup_cfg("mask-rcnn", 0, "unused", 330, [])
     base = mq.setup_cfg("mask-rcnn", 0, "unused", 3300, [])
@@ -91,15 +105,17 @@ def test_runs_are_reused_only_under_the_same_regime_and_the_table_is_written(
     monkeypatch.setattr(fcos_d2.data, "prepare_dataset", lambda name: None)
     monkeypatch.setattr(mq, "run_all",
                         lambda todo, jobs, output, opts, command: launched.append((todo, opts)))
-    monkeypatch.setattr(mq, "measure_latency", lambda *args: {"mask-rcnn": {"median_s": 0.01}})
+    monkeypatch.setattr(mq, "measure_latency",
+                        lambda *args, **kwargs: {"mask-rcnn": {"median_s": 0.01}})
     table = mq.main(["--contenders", "mask-rcnn", "--seeds", "0", "1", "--iters", "20",
                      "--output", str(tmp_path)])  # seed 0 is reused, seed 1 runs again
-    assert launched == [([("mask-rcnn", 1)], ["--iters", "20", "--val-images", "300"])]
+    assert launched == [([("mask-rcnn", 1)], ["--iters", "20", "--regime", "quickstart"])]
     assert "| mask-rcnn | 0 | 5.0 |" in table  # the stale seed-1 row is not counted
     assert (tmp_path / "table.md").read_text() == table + "\n"
     (latency,) = [json.loads(line) for line in open(records_dir / "masks.jsonl")]
     assert latency["metrics"] == {"mask-rcnn": {"ms_per_image": 10.0}}
     assert latency["run"]["kind"] == "latency" and latency["overrides"] == []
+    assert latency["run"]["mask_regime"] == "quickstart"
     assert latency["command"].startswith("python -m benchmarks.masks --contenders mask-rcnn")
 
 
@@ -123,6 +139,25 @@ def test_one_run_trains_and_reports_the_box_and_mask_scores_of_its_evaluation(
     assert all(math.isfinite(v) for v in scores), row
     assert row["regime"]["DATASETS"] == [[tiny], [tiny]]
     assert (tmp_path / "run" / "inference" / tiny / "summary.txt").is_file()
+
+
+def test_one_thin_run_trains_on_the_thin_masks_and_says_its_regime(tmp_path, monkeypatch):
+    monkeypatch.setenv("FCOS_D2_DATASETS_CACHE", str(tmp_path / "cache"))
+    tiny = mq.val_dataset(2, "thin")  # the first 2 thin val images, with masks
+    assert tiny == "synthetic_thin_masks_val_first_2"
+    threads = torch.get_num_threads()
+    try:
+        row = mq.run_one("sipmask", 0, str(tmp_path / "run"), 2,
+                         ["DATASETS.TRAIN", f"('{tiny}',)", "SOLVER.IMS_PER_BATCH", 2,
+                          "MODEL.FPN.OUT_CHANNELS", 32, "MODEL.FCOS.INFERENCE_TH_TEST", 0.0],
+                         val_images=2, regime="thin")
+    finally:
+        torch.set_num_threads(threads)
+    assert row["status"] == "ok" and row["mask_regime"] == "thin"
+    assert row["regime"]["DATASETS"] == [[tiny], [tiny]]
+    assert row["regime"]["INPUT"][:4] == [[256], 352, 256, 352]
+    assert "loss_mask" in row["final_losses"] or any("mask" in k for k in row["final_losses"])
+    assert all(0.0 <= v <= 100.0 for v in row["mask"].values()), row["mask"]
 
 
 def test_zero_latency_images_times_nothing_and_builds_no_model(tmp_path, monkeypatch):

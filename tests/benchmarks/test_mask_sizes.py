@@ -74,7 +74,8 @@ def test_a_stored_run_is_scored_by_size_and_reevaluated_with_a_changed_key(
         torch.set_num_threads(threads)
     assert row["mask_by_size"]["all"] == pytest.approx(row["mask"]["AP"])  # pycocotools' AP
     assert row["box_by_size"]["all"] == pytest.approx(row["box"]["AP"])
-    assert again["run"] == {"kind": "reevaluate", "contender": "sipmask", "iters": 2}
+    assert again["run"] == {"kind": "reevaluate", "contender": "sipmask", "iters": 2,
+                            "mask_regime": "quickstart"}
     assert again["overrides"][-2:] == ["MODEL.SIPMASK.MASK_THRESHOLD", "0.9"]
     assert again["metrics"]["box"]["AP"] == pytest.approx(row["box"]["AP"])  # boxes unchanged
     assert set(again["metrics"]["mask_by_size"]) == set(SIZE_LABELS)
@@ -102,7 +103,7 @@ def test_masks_table_shows_trained_reevaluated_and_by_size_rows():
                 (3, _record(0, "by_size", 44.0)),  # a later scoring of seed 0 wins
                 (4, _record(0, "reevaluate", 60.0))]
     text = "\n".join(tables.masks_table(numbered))
-    assert "| sipmask | trained | none | 10 | 0, 1 | 45.0 / 7.1 |" in text
-    assert "| sipmask | re-evaluated | none | 10 | 0 | 60.0 / n/a |" in text
-    assert ("| sipmask | trained | none | 10 | 0, 1 | 23.5 | 47.0 | 1.0 | 2.0 | abcdef0 | "
-            "test cpu | 3, 2 |") in text
+    assert "| quickstart | sipmask | trained | none | 10 | 0, 1 | 45.0 / 7.1 |" in text
+    assert "| quickstart | sipmask | re-evaluated | none | 10 | 0 | 60.0 / n/a |" in text
+    assert ("| quickstart | sipmask | trained | none | 10 | 0, 1 | 23.5 | 47.0 | 1.0 | 2.0 | "
+            "abcdef0 | test cpu | 3, 2 |") in text

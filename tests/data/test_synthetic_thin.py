@@ -87,28 +87,36 @@ def test_unknown_split_is_an_error_naming_it(tmp_path):
 
 
 def test_registered_names_point_at_their_own_cache_folder():
-    for name, split in thin.DATASET_SPLITS.items():
-        assert name in DatasetCatalog.list()
-        json_file = Path(MetadataCatalog.get(name).json_file)
-        assert json_file.parent.parent.name == thin.CACHE_FOLDER != synthetic.CACHE_FOLDER
-        assert MetadataCatalog.get(name).thing_classes == list(thin.CLASS_NAMES)
+    for folder, splits in ((thin.CACHE_FOLDER, thin.DATASET_SPLITS),
+                           (thin.MASKS_CACHE_FOLDER, thin.MASK_DATASET_SPLITS)):
+        for name, split in splits.items():
+            assert name in DatasetCatalog.list()
+            json_file = Path(MetadataCatalog.get(name).json_file)
+            assert json_file.parent.name == split
+            assert json_file.parent.parent.name == folder != synthetic.CACHE_FOLDER
+            assert MetadataCatalog.get(name).thing_classes == list(thin.CLASS_NAMES)
+    assert thin.CACHE_FOLDER != thin.MASKS_CACHE_FOLDER
 
 
 @pytest.fixture
 def thin_in_tmp(tmp_path, monkeypatch):
-    """The thin names registered afresh under a temporary cache with few images."""
+    """The thin names (with and without masks) registered afresh under a temporary cache
+    with few images."""
     monkeypatch.setitem(thin.NUM_IMAGES, "train", 3)
     monkeypatch.setitem(thin.NUM_IMAGES, "val", 2)
-    original_root = Path(MetadataCatalog.get("synthetic_thin_val").json_file).parents[1]
+    roots = {masks: Path(MetadataCatalog.get(name).json_file).parents[1]
+             for masks, name in ((False, "synthetic_thin_val"),
+                                 (True, "synthetic_thin_masks_val"))}
     _unregister()
-    thin.register_synthetic_thin(root=tmp_path / thin.CACHE_FOLDER)
+    thin.register_synthetic_thin(root=tmp_path / thin.CACHE_FOLDER,
+                                 masks_root=tmp_path / thin.MASKS_CACHE_FOLDER)
     yield tmp_path / thin.CACHE_FOLDER
     _unregister()
-    thin.register_synthetic_thin(root=original_root)
+    thin.register_synthetic_thin(root=roots[False], masks_root=roots[True])
 
 
 def _unregister() -> None:
-    for name in thin.DATASET_SPLITS:
+    for name in [*thin.DATASET_SPLITS, *thin.MASK_DATASET_SPLITS]:
         DatasetCatalog.remove(name)
         MetadataCatalog.remove(name)
 
@@ -122,3 +130,26 @@ def test_prepare_dataset_generates_the_split_the_metadata_names_and_it_loads(thi
     dicts = DatasetCatalog.get("synthetic_thin_train")
     assert len(dicts) == 3 and all(min(d["height"], d["width"]) == 256 for d in dicts)
     assert {a["category_id"] for d in dicts for a in d["annotations"]} <= set(range(10))
+
+
+def test_the_masks_twin_has_the_same_images_and_boxes_and_each_object_s_visible_pixels(
+        thin_in_tmp):
+    from pycocotools import mask as mask_util
+
+    prepare_dataset("synthetic_thin_masks_val")
+    masks_dir = Path(MetadataCatalog.get("synthetic_thin_masks_val").json_file).parent
+    assert masks_dir.parent.name == thin.MASKS_CACHE_FOLDER
+    assert not (thin_in_tmp / "val").exists()  # the box-only set is not written
+    with_masks = _coco(masks_dir)
+    for index, image in enumerate(with_masks["images"]):
+        _, objects = thin.render_thin_image(seed=thin.SPLIT_SEEDS["val"], index=index)
+        found = [a for a in with_masks["annotations"] if a["image_id"] == image["id"]]
+        assert len(found) == len(objects)
+        for annotation, (class_index, visible) in zip(found, objects):
+            decoded = mask_util.decode(annotation["segmentation"]).astype(bool)
+            assert np.array_equal(decoded, visible)
+            assert annotation["bbox"] == list(synthetic.tight_box(visible))
+            assert annotation["category_id"] == class_index + 1
+    dicts = DatasetCatalog.get("synthetic_thin_masks_train")
+    assert len(dicts) == 3
+    assert all("segmentation" in a for d in dicts for a in d["annotations"])
