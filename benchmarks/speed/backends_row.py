@@ -74,7 +74,8 @@ def measure(image_size, repeats: int, interleaved, kind: str) -> List[dict]:
         fns = {"torchvision fp32": lambda: torchvision.infer(images)}
         fns.update({n: (lambda m=m: m(bc._d2_inputs(images))) for n, m in models.items()})
         medians = interleaved(fns, repeats, "cpu")
-    extra["fcos-d2 auto"]["auto_choice"] = choose_backend("auto", "cpu").reason
+    extra["fcos-d2 auto"]["auto_choice"] = choose_backend(  # a model kept loaded, this size
+        "auto", "cpu", pixels=image_size[0] * image_size[1]).reason
     return [{"row": "backends", "contender": name, "batch": 1, "seconds": seconds,
              "image_size": list(image_size), **extra.get(name, {})}
             for name, seconds in medians.items()]

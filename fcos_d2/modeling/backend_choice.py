@@ -1,17 +1,20 @@
 """What ``MODEL.FCOS.INFERENCE_BACKEND "auto"`` (the default) runs, and why.
 
-It chooses from two things: what the device computes natively (:func:`cpu_capabilities`,
-the one place that asks the CPU, so that tests can fake it) and how much work the call has
+It chooses from three things: what the device computes natively (:func:`cpu_capabilities`,
+the one place that asks the CPU, so that tests can fake it), how much work the call has
 ahead (``expected_images``: one demo picture, a dataset's length, or None for a model that
-stays loaded and serves, as ``Predictor`` and ``DefaultPredictor`` do):
+stays loaded and serves, as ``Predictor`` and ``DefaultPredictor`` do) and, on CPUs without
+AMX, how large the padded input is (``pixels``):
 
 - a CPU with AMX: "bf16_compiled" where the work pays for the compile (no count known, at
   least ``COLD_COMPILE_PAYS_AFTER`` images, or at least ``WARM_COMPILE_PAYS_AFTER`` when
   this machine's compile cache already holds the model, ``compile_cache.py``), else eager
   under bf16 autocast, which needs no compile;
-- a CPU with native bf16 but no AMX (AVX512-BF16 alone): eager under bf16 autocast; a
-  compile gains only 7-13% there (R-50 at 800x1216, docs/speed.md), which repays its
-  compile after hundreds to thousands of images, a threshold not set yet;
+- a CPU with native bf16 but no AMX (AVX512-BF16 alone): "bf16_compiled" only for large
+  inputs (at least ``NO_AMX_COMPILE_MIN_PIXELS`` padded pixels) and a known count of at
+  least ``NO_AMX_COMPILE_PAYS_AFTER`` images (a dataset), else eager under bf16 autocast: a
+  compile gains only 7-13% there at R-50 800x1216, loses at small sizes, and its first
+  call takes about 20 s even from the cache (docs/speed.md), too long for a served model;
 - a CPU without native bf16 (AVX2 only, where bf16 is emulated and slower than float32):
   eager float32, said in a warning;
 - a GPU: eager under float16 autocast (the compiled backends are CPU paths);
@@ -30,8 +33,8 @@ import torch
 from ..precision import cpu_has_native_bf16
 
 __all__ = ["AUTO_OVERRIDE_ENV", "BackendChoice", "COLD_COMPILE_PAYS_AFTER", "INFERENCE_BACKENDS",
-           "WARM_COMPILE_PAYS_AFTER", "check_inference_backend", "choose_backend",
-           "cpu_capabilities"]
+           "NO_AMX_COMPILE_MIN_PIXELS", "NO_AMX_COMPILE_PAYS_AFTER", "WARM_COMPILE_PAYS_AFTER",
+           "check_inference_backend", "choose_backend", "cpu_capabilities"]
 
 INFERENCE_BACKENDS = ("auto", "eager", "bf16_compiled", "int8_pt2e")
 AUTO_OVERRIDE_ENV = "FCOS_D2_AUTO_BACKEND"
@@ -40,6 +43,13 @@ AUTO_OVERRIDE_ENV = "FCOS_D2_AUTO_BACKEND"
 COLD_COMPILE_PAYS_AFTER = 500
 # Warm: the compile cache holds the model, so compiling is loading (seconds).
 WARM_COMPILE_PAYS_AFTER = 10
+# Without AMX (AVX512-BF16 alone), measured on an AMD EPYC (docs/speed.md): the compiled
+# graph ran 0.87-0.93x eager bf16's time at R-50 800x1216 (34-60 ms an image saved; its
+# first call 22.7 s cold, 19.6 s with the cache) but 1.04x at R-18 320x480. So a compile
+# only for padded inputs of at least 800x1216's pixels, and only for a dataset long enough
+# to repay about 20 s at 34-60 ms an image (330-670 images), with a margin.
+NO_AMX_COMPILE_MIN_PIXELS = 800 * 1216
+NO_AMX_COMPILE_PAYS_AFTER = 1000
 # torch.cpu.get_capabilities() keys of the int8 dot-product units oneDNN uses.
 NATIVE_INT8_CAPABILITIES = ("amx_int8", "avx512_vnni", "avx_vnni")
 
@@ -87,11 +97,10 @@ def _work(expected_images: Optional[int]) -> str:
         f"{expected_images} image{'s' if expected_images != 1 else ''} ahead"
 
 
-def _on_native_bf16(expected_images: Optional[int], warm: bool, amx: bool) -> BackendChoice:
+def _on_native_bf16(expected_images: Optional[int], warm: bool, amx: bool,
+                    pixels: Optional[int]) -> BackendChoice:
     if not amx:
-        return BackendChoice("eager", torch.bfloat16, reason=(
-            "MODEL.FCOS.INFERENCE_BACKEND auto: eager bfloat16 (native bf16 through "
-            "AVX512-BF16 without AMX, where a compile gains only 7-13% at R-50 800x1216)"))
+        return _without_amx(expected_images, pixels)
     needed = WARM_COMPILE_PAYS_AFTER if warm else COLD_COMPILE_PAYS_AFTER
     cache = "the compile cache holds this model" if warm else "nothing cached yet"
     if expected_images is None or expected_images >= needed:
@@ -103,8 +112,25 @@ def _on_native_bf16(expected_images: Optional[int], warm: bool, amx: bool) -> Ba
         f"{_work(expected_images)}, {cache}: a compile pays from {needed} images)"))
 
 
+def _without_amx(expected_images: Optional[int], pixels: Optional[int]) -> BackendChoice:
+    units = "native bf16: AVX512-BF16 without AMX"
+    if (pixels or 0) < NO_AMX_COMPILE_MIN_PIXELS:
+        return BackendChoice("eager", torch.bfloat16, reason=(
+            f"MODEL.FCOS.INFERENCE_BACKEND auto: eager bfloat16 ({units}; inputs under "
+            "800x1216's pixels, where a compile does not pay without AMX)"))
+    if expected_images is not None and expected_images >= NO_AMX_COMPILE_PAYS_AFTER:
+        return BackendChoice("bf16_compiled", reason=(
+            f"MODEL.FCOS.INFERENCE_BACKEND auto: bf16_compiled ({units}; large inputs, "
+            f"{_work(expected_images)}: the compile's ~20 s pays, saving 7-13% an image)"))
+    return BackendChoice("eager", torch.bfloat16, reason=(
+        f"MODEL.FCOS.INFERENCE_BACKEND auto: eager bfloat16 ({units}; {_work(expected_images)}"
+        f": a compile gains only 7-13% an image, and pays from {NO_AMX_COMPILE_PAYS_AFTER} "
+        "images of at least 800x1216)"))
+
+
 def choose_backend(requested: str, device_type: str, expected_images: Optional[int] = None,
-                   *, warm: bool = False, capabilities: Optional[Mapping[str, bool]] = None,
+                   *, warm: bool = False, pixels: Optional[int] = None,
+                   capabilities: Optional[Mapping[str, bool]] = None,
                    environ: Optional[Mapping[str, str]] = None) -> BackendChoice:
     """What runs for ``MODEL.FCOS.INFERENCE_BACKEND`` ``requested`` (see the module docstring).
 
@@ -112,6 +138,7 @@ def choose_backend(requested: str, device_type: str, expected_images: Optional[i
         device_type: the model's device ("cpu", "cuda", ...).
         expected_images: images the call has ahead; None: unknown (a model kept to serve).
         warm: this machine's compile cache already holds the model (``compile_cache``).
+        pixels: height x width of the padded input batch; None: unknown (counted as small).
         capabilities: :func:`cpu_capabilities`'s answer; default this CPU's.
         environ: where ``FCOS_D2_AUTO_BACKEND`` is read; default ``os.environ``.
     """
@@ -135,7 +162,7 @@ def choose_backend(requested: str, device_type: str, expected_images: Optional[i
                                              f"(the model is on {device_type})")
     capabilities = cpu_capabilities() if capabilities is None else capabilities
     if capabilities["native_bf16"]:
-        return _on_native_bf16(expected_images, warm, bool(capabilities.get("amx")))
+        return _on_native_bf16(expected_images, warm, bool(capabilities.get("amx")), pixels)
     return BackendChoice("eager", torch.float32, warning=True, reason=(
         "MODEL.FCOS.INFERENCE_BACKEND auto: eager float32, since this CPU has no native bf16 "
         "(neither AVX512-BF16 nor AMX): bf16 would be emulated, slower than float32"))

@@ -27,7 +27,8 @@ from .assignment import assign_targets_with_matches, compute_locations, level_si
 from .atss import assign_targets_atss
 from .fast_inference import InferenceCopy
 from .head import FCOSHead
-from .backend_choice import BackendChoice, check_inference_backend, choose_backend
+from .backend_choice import (NO_AMX_COMPILE_MIN_PIXELS, BackendChoice, check_inference_backend,
+                             choose_backend)
 from .compile_cache import cache_root, is_warm, model_key
 from .inference_backends import BackendRunner
 from .losses import (CLS_LOSSES, LOC_LOSS_TYPES, LOC_LOSS_WEIGHTINGS, LOSS_NORMALIZERS,
@@ -370,7 +371,7 @@ class FCOS(FCOSBase):
         if fast is not None:
             return fast(batched_inputs)
         images = self.preprocess_image(batched_inputs)
-        choice = None if self.training else self.backend_choice()
+        choice = None if self.training else self.backend_choice(images.tensor.shape[-2:])
         runner = None if choice is None else self.compiled_backend(choice)
         if runner is not None:  # MODEL.FCOS.INFERENCE_BACKEND
             logits, regression, centerness = runner(self, images)
@@ -398,15 +399,19 @@ class FCOS(FCOSBase):
             for r, x, size in zip(results, batched_inputs, images.image_sizes)
         ]
 
-    def backend_choice(self) -> BackendChoice:
+    def backend_choice(self, size: Optional[Sequence[int]] = None) -> BackendChoice:
         """What runs backbone and head in eval mode (``backend_choice.choose_backend``), for
-        this device and the work ahead, said once per process in the log."""
-        asked = (self.inference_backend, self.device.type, self.expected_images)
+        this device, the work ahead and the padded input ``size`` (H, W), said once per
+        process and reason in the log."""
+        pixels = None if size is None else int(size[0]) * int(size[1])
+        # only whether the input is large counts (CPUs without AMX), not each size
+        large = pixels is not None and pixels >= NO_AMX_COMPILE_MIN_PIXELS
+        asked = (self.inference_backend, self.device.type, self.expected_images, large)
         if getattr(self, "_choice", (None,))[0] != asked:
             warm = self.inference_backend == "auto" and is_warm(
                 cache_root(self.compile_cache_dir), model_key(self, "bf16_compiled"))
             self._choice = (asked, choose_backend(*asked[:2], self.expected_images or None,
-                                                  warm=warm))
+                                                  warm=warm, pixels=pixels))
         choice = self._choice[1]
         if choice.reason:
             _log_once(choice.reason, logging.WARNING if choice.warning else logging.INFO)

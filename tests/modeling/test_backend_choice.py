@@ -8,30 +8,39 @@ import torch
 
 from fcos_d2.modeling import backend_choice, meta_arch
 from fcos_d2.modeling.backend_choice import (AUTO_OVERRIDE_ENV, COLD_COMPILE_PAYS_AFTER,
+                                             NO_AMX_COMPILE_MIN_PIXELS,
+                                             NO_AMX_COMPILE_PAYS_AFTER,
                                              WARM_COMPILE_PAYS_AFTER, choose_backend)
 
 AMX = {"amx": True, "native_bf16": True, "native_int8": True}
 AVX512_BF16 = {"amx": False, "native_bf16": True, "native_int8": True}  # AMD Zen 4, say
 AVX2 = {"amx": False, "native_bf16": False, "native_int8": False}
 NO_PIN = {}  # auto's own choice, not the suite's FCOS_D2_AUTO_BACKEND
+LARGE = NO_AMX_COMPILE_MIN_PIXELS  # 800 x 1216 padded pixels
 
 
-@pytest.mark.parametrize("capabilities, images, warm, backend, dtype", [
-    (AMX, None, False, "bf16_compiled", None),  # a Predictor kept to serve
-    (AMX, COLD_COMPILE_PAYS_AFTER, False, "bf16_compiled", None),  # a dataset
-    (AMX, COLD_COMPILE_PAYS_AFTER - 1, False, "eager", torch.bfloat16),
-    (AMX, 1, False, "eager", torch.bfloat16),  # one demo image
-    (AMX, WARM_COMPILE_PAYS_AFTER, True, "bf16_compiled", None),  # cache holds the model
-    (AMX, WARM_COMPILE_PAYS_AFTER - 1, True, "eager", torch.bfloat16),
-    (AVX512_BF16, None, False, "eager", torch.bfloat16),
-    (AVX512_BF16, 5000, True, "eager", torch.bfloat16),
-    (AVX2, None, False, "eager", torch.float32),
-    (AVX2, 1, True, "eager", torch.float32),
+@pytest.mark.parametrize("capabilities, images, warm, pixels, backend, dtype", [
+    (AMX, None, False, None, "bf16_compiled", None),  # a Predictor kept to serve
+    (AMX, COLD_COMPILE_PAYS_AFTER, False, 128 * 128, "bf16_compiled", None),  # a dataset
+    (AMX, COLD_COMPILE_PAYS_AFTER - 1, False, LARGE, "eager", torch.bfloat16),
+    (AMX, 1, False, None, "eager", torch.bfloat16),  # one demo image
+    (AMX, WARM_COMPILE_PAYS_AFTER, True, None, "bf16_compiled", None),  # cache holds it
+    (AMX, WARM_COMPILE_PAYS_AFTER - 1, True, None, "eager", torch.bfloat16),
+    # without AMX: a compile only for a long enough dataset of large inputs
+    (AVX512_BF16, NO_AMX_COMPILE_PAYS_AFTER, False, LARGE, "bf16_compiled", None),
+    (AVX512_BF16, NO_AMX_COMPILE_PAYS_AFTER, True, 2 * LARGE, "bf16_compiled", None),
+    (AVX512_BF16, NO_AMX_COMPILE_PAYS_AFTER - 1, True, LARGE, "eager", torch.bfloat16),
+    (AVX512_BF16, 5000, True, LARGE - 1, "eager", torch.bfloat16),  # smaller inputs
+    (AVX512_BF16, 5000, False, None, "eager", torch.bfloat16),  # size unknown
+    (AVX512_BF16, None, False, LARGE, "eager", torch.bfloat16),  # served: ~20 s first call
+    (AVX512_BF16, None, False, None, "eager", torch.bfloat16),
+    (AVX2, None, False, None, "eager", torch.float32),
+    (AVX2, 5000, True, LARGE, "eager", torch.float32),
 ])
-def test_auto_on_the_cpu_follows_its_units_and_the_work_ahead(capabilities, images, warm,
-                                                               backend, dtype):
-    choice = choose_backend("auto", "cpu", images, warm=warm, capabilities=capabilities,
-                            environ=NO_PIN)
+def test_auto_on_the_cpu_follows_its_units_the_work_ahead_and_the_input_size(
+        capabilities, images, warm, pixels, backend, dtype):
+    choice = choose_backend("auto", "cpu", images, warm=warm, pixels=pixels,
+                            capabilities=capabilities, environ=NO_PIN)
     assert (choice.backend, choice.dtype) == (backend, dtype)
     assert choice.reason.startswith("MODEL.FCOS.INFERENCE_BACKEND auto: ")
     assert choice.warning == (capabilities is AVX2)
@@ -44,6 +53,16 @@ def test_auto_says_why_in_its_line():
     assert "bf16_compiled" in serving and "stays loaded" in serving
     emulated = choose_backend("auto", "cpu", None, capabilities=AVX2, environ=NO_PIN).reason
     assert "eager float32" in emulated and "no native bf16" in emulated
+    small = choose_backend("auto", "cpu", 5000, pixels=LARGE - 1, capabilities=AVX512_BF16,
+                           environ=NO_PIN).reason
+    assert "without AMX" in small and "under 800x1216" in small
+    short = choose_backend("auto", "cpu", 50, pixels=LARGE, capabilities=AVX512_BF16,
+                           environ=NO_PIN).reason
+    assert "eager bfloat16" in short and "50 images ahead" in short
+    assert f"from {NO_AMX_COMPILE_PAYS_AFTER} images" in short
+    dataset = choose_backend("auto", "cpu", 5000, pixels=LARGE, capabilities=AVX512_BF16,
+                             environ=NO_PIN).reason
+    assert "bf16_compiled" in dataset and "5000 images ahead" in dataset
 
 
 def test_auto_on_a_gpu_runs_eager_float16():
@@ -104,6 +123,25 @@ def test_a_demo_image_on_amx_runs_eager_bf16_without_compiling(monkeypatch, capl
     assert lines == [lines[0]] and "auto: eager bfloat16" in lines[0]
     assert model.inference_copy.of(model).backend_runner is None  # nothing compiled
     assert len(scores) > 0 and scores.dtype == torch.float32
+
+
+def test_the_model_asks_with_its_padded_input_size_and_asks_again_when_it_grows(monkeypatch):
+    from test_inference_backends import _detections, _inputs
+    asked = []
+
+    def choose(*args, pixels=None, **kwargs):
+        asked.append(pixels)
+        return backend_choice.BackendChoice("eager", torch.bfloat16)
+
+    monkeypatch.setattr(meta_arch, "choose_backend", choose)
+    model = _tiny_model()
+    _detections(model, _inputs())
+    _detections(model, _inputs(seed=1))  # same size class: the choice is kept
+    assert len(asked) == 1 and asked[0] > 0
+    height, width = _inputs()[0]["image"].shape[-2:]
+    assert asked[0] >= height * width and asked[0] % 32 == 0  # padded to the stride
+    assert model.backend_choice((800, 1216)) is not None and asked[-1] == LARGE
+    assert len(asked) == 2
 
 
 def test_evaluation_tells_auto_the_test_images_per_worker(dataset, monkeypatch):
