@@ -21,7 +21,7 @@ from detectron2.structures import ImageList, Instances
 from torch import Tensor
 
 from .assignment import compute_locations
-from .meta_arch import FCOSBase
+from .fcos_base import FCOSBase
 
 _LOGIT_EPS = 1e-6  # keeps logit() finite for scores of exactly 0 or 1
 
