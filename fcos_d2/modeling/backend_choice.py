@@ -10,11 +10,12 @@ AMX, how large the padded input is (``pixels``):
   least ``COLD_COMPILE_PAYS_AFTER`` images, or at least ``WARM_COMPILE_PAYS_AFTER`` when
   this machine's compile cache already holds the model, ``compile_cache.py``), else eager
   under bf16 autocast, which needs no compile;
-- a CPU with native bf16 but no AMX (AVX512-BF16 alone): "bf16_compiled" only for large
-  inputs (at least ``NO_AMX_COMPILE_MIN_PIXELS`` padded pixels) and a known count of at
-  least ``NO_AMX_COMPILE_PAYS_AFTER`` images (a dataset), else eager under bf16 autocast: a
-  compile gains only 7-13% there at R-50 800x1216, loses at small sizes, and its first
-  call takes about 20 s even from the cache (docs/speed.md), too long for a served model;
+- a CPU with native bf16 but no AMX (AVX512-BF16 alone): "bf16_compiled" only for a
+  dataset whose padded inputs are large enough and whose image count repays the compile
+  (``NO_AMX_COMPILE_PAYS_AFTER``: 1000 images of at least 800x1216's pixels, 2000 of at
+  least 512x768's), else eager under bf16 autocast: a compile gains only 8-13% an image
+  there, less the smaller the input, loses at R-18 320x480, and its first call takes 20-25
+  s even from the cache (docs/speed.md), too long for a served model;
 - a CPU without native bf16 (AVX2 only, where bf16 is emulated and slower than float32):
   eager float32, said in a warning;
 - a GPU: eager under float16 autocast (the compiled backends are CPU paths);
@@ -33,8 +34,8 @@ import torch
 from ..precision import cpu_has_native_bf16
 
 __all__ = ["AUTO_OVERRIDE_ENV", "BackendChoice", "COLD_COMPILE_PAYS_AFTER", "INFERENCE_BACKENDS",
-           "NO_AMX_COMPILE_MIN_PIXELS", "NO_AMX_COMPILE_PAYS_AFTER", "WARM_COMPILE_PAYS_AFTER",
-           "check_inference_backend", "choose_backend", "cpu_capabilities"]
+           "NO_AMX_COMPILE_PAYS_AFTER", "WARM_COMPILE_PAYS_AFTER", "check_inference_backend",
+           "choose_backend", "cpu_capabilities", "no_amx_images_needed"]
 
 INFERENCE_BACKENDS = ("auto", "eager", "bf16_compiled", "int8_pt2e")
 AUTO_OVERRIDE_ENV = "FCOS_D2_AUTO_BACKEND"
@@ -43,13 +44,13 @@ AUTO_OVERRIDE_ENV = "FCOS_D2_AUTO_BACKEND"
 COLD_COMPILE_PAYS_AFTER = 500
 # Warm: the compile cache holds the model, so compiling is loading (seconds).
 WARM_COMPILE_PAYS_AFTER = 10
-# Without AMX (AVX512-BF16 alone), measured on an AMD EPYC (docs/speed.md): the compiled
-# graph ran 0.87-0.93x eager bf16's time at R-50 800x1216 (34-60 ms an image saved; its
-# first call 22.7 s cold, 19.6 s with the cache) but 1.04x at R-18 320x480. So a compile
-# only for padded inputs of at least 800x1216's pixels, and only for a dataset long enough
-# to repay about 20 s at 34-60 ms an image (330-670 images), with a margin.
-NO_AMX_COMPILE_MIN_PIXELS = 800 * 1216
-NO_AMX_COMPILE_PAYS_AFTER = 1000
+# Without AMX (AVX512-BF16 alone), measured on an AMD EPYC with R-50, cold caches
+# (docs/speed.md): the compiled graph saves 34-60 ms an image at 800x1216 (0.87-0.93x eager
+# bf16), 23 at 640x960 (0.92x) and 21 at 512x768 (0.89x), and its first call takes 20-25 s,
+# also from the cache; at R-18 320x480 it was the slower one (1.04x). So it repays itself
+# after 330-670 images at 800x1216 and about 1000-1100 at the two smaller sizes: per
+# (smallest padded pixels, images needed), largest first, with a margin.
+NO_AMX_COMPILE_PAYS_AFTER = ((800 * 1216, 1000), (512 * 768, 2000))
 # torch.cpu.get_capabilities() keys of the int8 dot-product units oneDNN uses.
 NATIVE_INT8_CAPABILITIES = ("amx_int8", "avx512_vnni", "avx_vnni")
 
@@ -112,20 +113,29 @@ def _on_native_bf16(expected_images: Optional[int], warm: bool, amx: bool,
         f"{_work(expected_images)}, {cache}: a compile pays from {needed} images)"))
 
 
+def no_amx_images_needed(pixels: Optional[int]) -> Optional[int]:
+    """Images of ``pixels`` padded pixels from which a compile pays on a CPU without AMX
+    (``NO_AMX_COMPILE_PAYS_AFTER``); None: it never does (small or unknown inputs)."""
+    for smallest, images in NO_AMX_COMPILE_PAYS_AFTER:
+        if (pixels or 0) >= smallest:
+            return images
+    return None
+
+
 def _without_amx(expected_images: Optional[int], pixels: Optional[int]) -> BackendChoice:
     units = "native bf16: AVX512-BF16 without AMX"
-    if (pixels or 0) < NO_AMX_COMPILE_MIN_PIXELS:
+    needed = no_amx_images_needed(pixels)
+    if needed is None:
         return BackendChoice("eager", torch.bfloat16, reason=(
             f"MODEL.FCOS.INFERENCE_BACKEND auto: eager bfloat16 ({units}; inputs under "
-            "800x1216's pixels, where a compile does not pay without AMX)"))
-    if expected_images is not None and expected_images >= NO_AMX_COMPILE_PAYS_AFTER:
+            "512x768's pixels, where a compile does not pay without AMX)"))
+    if expected_images is not None and expected_images >= needed:
         return BackendChoice("bf16_compiled", reason=(
-            f"MODEL.FCOS.INFERENCE_BACKEND auto: bf16_compiled ({units}; large inputs, "
-            f"{_work(expected_images)}: the compile's ~20 s pays, saving 7-13% an image)"))
+            f"MODEL.FCOS.INFERENCE_BACKEND auto: bf16_compiled ({units}; "
+            f"{_work(expected_images)}: the compile's 20-25 s pays, saving 8-13% an image)"))
     return BackendChoice("eager", torch.bfloat16, reason=(
         f"MODEL.FCOS.INFERENCE_BACKEND auto: eager bfloat16 ({units}; {_work(expected_images)}"
-        f": a compile gains only 7-13% an image, and pays from {NO_AMX_COMPILE_PAYS_AFTER} "
-        "images of at least 800x1216)"))
+        f": a compile gains only 8-13% an image, and pays from {needed} images this large)"))
 
 
 def choose_backend(requested: str, device_type: str, expected_images: Optional[int] = None,

@@ -21,8 +21,8 @@ from torch import Tensor, nn
 
 from ..precision import cpu_autocast_dtype
 from .assignment import compute_locations
-from .backend_choice import (NO_AMX_COMPILE_MIN_PIXELS, BackendChoice, check_inference_backend,
-                             choose_backend)
+from .backend_choice import (BackendChoice, check_inference_backend, choose_backend,
+                             no_amx_images_needed)
 from .compile_cache import cache_root, is_warm, model_key
 from .fast_inference import InferenceCopy
 from .fcos_base import ASSIGNERS, INFERENCE_DTYPES, FCOSBase, flatten_levels  # noqa: F401
@@ -172,9 +172,9 @@ class FCOS(FCOSBase):
         this device, the work ahead and the padded input ``size`` (H, W), said once per
         process and reason in the log."""
         pixels = None if size is None else int(size[0]) * int(size[1])
-        # only whether the input is large counts (CPUs without AMX), not each size
-        large = pixels is not None and pixels >= NO_AMX_COMPILE_MIN_PIXELS
-        asked = (self.inference_backend, self.device.type, self.expected_images, large)
+        # only the input's size class counts (CPUs without AMX), not each size
+        asked = (self.inference_backend, self.device.type, self.expected_images,
+                 no_amx_images_needed(pixels))
         if getattr(self, "_choice", (None,))[0] != asked:
             warm = self.inference_backend == "auto" and is_warm(
                 cache_root(self.compile_cache_dir), model_key(self, "bf16_compiled"))

@@ -8,15 +8,14 @@ import torch
 
 from fcos_d2.modeling import backend_choice, meta_arch
 from fcos_d2.modeling.backend_choice import (AUTO_OVERRIDE_ENV, COLD_COMPILE_PAYS_AFTER,
-                                             NO_AMX_COMPILE_MIN_PIXELS,
-                                             NO_AMX_COMPILE_PAYS_AFTER,
-                                             WARM_COMPILE_PAYS_AFTER, choose_backend)
+                                             WARM_COMPILE_PAYS_AFTER, choose_backend,
+                                             no_amx_images_needed)
 
 AMX = {"amx": True, "native_bf16": True, "native_int8": True}
 AVX512_BF16 = {"amx": False, "native_bf16": True, "native_int8": True}  # AMD Zen 4, say
 AVX2 = {"amx": False, "native_bf16": False, "native_int8": False}
 NO_PIN = {}  # auto's own choice, not the suite's FCOS_D2_AUTO_BACKEND
-LARGE = NO_AMX_COMPILE_MIN_PIXELS  # 800 x 1216 padded pixels
+LARGE, MIDDLE = 800 * 1216, 512 * 768  # padded pixels
 
 
 @pytest.mark.parametrize("capabilities, images, warm, pixels, backend, dtype", [
@@ -26,11 +25,14 @@ LARGE = NO_AMX_COMPILE_MIN_PIXELS  # 800 x 1216 padded pixels
     (AMX, 1, False, None, "eager", torch.bfloat16),  # one demo image
     (AMX, WARM_COMPILE_PAYS_AFTER, True, None, "bf16_compiled", None),  # cache holds it
     (AMX, WARM_COMPILE_PAYS_AFTER - 1, True, None, "eager", torch.bfloat16),
-    # without AMX: a compile only for a long enough dataset of large inputs
-    (AVX512_BF16, NO_AMX_COMPILE_PAYS_AFTER, False, LARGE, "bf16_compiled", None),
-    (AVX512_BF16, NO_AMX_COMPILE_PAYS_AFTER, True, 2 * LARGE, "bf16_compiled", None),
-    (AVX512_BF16, NO_AMX_COMPILE_PAYS_AFTER - 1, True, LARGE, "eager", torch.bfloat16),
-    (AVX512_BF16, 5000, True, LARGE - 1, "eager", torch.bfloat16),  # smaller inputs
+    # without AMX: a compile only for a dataset long enough for its inputs' size
+    (AVX512_BF16, 1000, False, LARGE, "bf16_compiled", None),
+    (AVX512_BF16, 1000, True, 2 * LARGE, "bf16_compiled", None),
+    (AVX512_BF16, 999, True, LARGE, "eager", torch.bfloat16),
+    (AVX512_BF16, 1000, False, LARGE - 1, "eager", torch.bfloat16),  # smaller: 2000 needed
+    (AVX512_BF16, 2000, False, MIDDLE, "bf16_compiled", None),
+    (AVX512_BF16, 1999, False, LARGE - 1, "eager", torch.bfloat16),
+    (AVX512_BF16, 5000, True, MIDDLE - 1, "eager", torch.bfloat16),  # small: never
     (AVX512_BF16, 5000, False, None, "eager", torch.bfloat16),  # size unknown
     (AVX512_BF16, None, False, LARGE, "eager", torch.bfloat16),  # served: ~20 s first call
     (AVX512_BF16, None, False, None, "eager", torch.bfloat16),
@@ -53,13 +55,13 @@ def test_auto_says_why_in_its_line():
     assert "bf16_compiled" in serving and "stays loaded" in serving
     emulated = choose_backend("auto", "cpu", None, capabilities=AVX2, environ=NO_PIN).reason
     assert "eager float32" in emulated and "no native bf16" in emulated
-    small = choose_backend("auto", "cpu", 5000, pixels=LARGE - 1, capabilities=AVX512_BF16,
+    small = choose_backend("auto", "cpu", 5000, pixels=MIDDLE - 1, capabilities=AVX512_BF16,
                            environ=NO_PIN).reason
-    assert "without AMX" in small and "under 800x1216" in small
-    short = choose_backend("auto", "cpu", 50, pixels=LARGE, capabilities=AVX512_BF16,
+    assert "without AMX" in small and "under 512x768" in small
+    short = choose_backend("auto", "cpu", 50, pixels=MIDDLE, capabilities=AVX512_BF16,
                            environ=NO_PIN).reason
     assert "eager bfloat16" in short and "50 images ahead" in short
-    assert f"from {NO_AMX_COMPILE_PAYS_AFTER} images" in short
+    assert "from 2000 images" in short
     dataset = choose_backend("auto", "cpu", 5000, pixels=LARGE, capabilities=AVX512_BF16,
                              environ=NO_PIN).reason
     assert "bf16_compiled" in dataset and "5000 images ahead" in dataset
@@ -125,6 +127,12 @@ def test_a_demo_image_on_amx_runs_eager_bf16_without_compiling(monkeypatch, capl
     assert len(scores) > 0 and scores.dtype == torch.float32
 
 
+def test_the_images_a_compile_needs_without_amx_fall_with_the_input_size():
+    assert [no_amx_images_needed(p) for p in (None, 320 * 480, MIDDLE - 1, MIDDLE, LARGE - 1,
+                                              LARGE, 4 * LARGE)] == \
+        [None, None, None, 2000, 2000, 1000, 1000]
+
+
 def test_the_model_asks_with_its_padded_input_size_and_asks_again_when_it_grows(monkeypatch):
     from test_inference_backends import _detections, _inputs
     asked = []
@@ -141,7 +149,8 @@ def test_the_model_asks_with_its_padded_input_size_and_asks_again_when_it_grows(
     height, width = _inputs()[0]["image"].shape[-2:]
     assert asked[0] >= height * width and asked[0] % 32 == 0  # padded to the stride
     assert model.backend_choice((800, 1216)) is not None and asked[-1] == LARGE
-    assert len(asked) == 2
+    assert model.backend_choice((800, 1344)) is not None and len(asked) == 2  # same class
+    assert model.backend_choice((512, 768)) is not None and asked[-1] == MIDDLE
 
 
 def test_evaluation_tells_auto_the_test_images_per_worker(dataset, monkeypatch):
