@@ -27,6 +27,7 @@ class MaskRegime:
     val_images: int
     overrides: Tuple = ()
     output: str = "mask_quality"
+    generator: str = "shapes"  # fcos_d2.data.synthetic ("shapes") or .synthetic_thin ("thin")
 
 
 REGIMES: Dict[str, MaskRegime] = {
@@ -37,7 +38,7 @@ REGIMES: Dict[str, MaskRegime] = {
     "thin": MaskRegime("synthetic_thin_masks_train", "synthetic_thin_masks_val", 100,
                        ("MODEL.FCOS.NUM_CLASSES", 10, "INPUT.MIN_SIZE_TRAIN", (256,),
                         "INPUT.MAX_SIZE_TRAIN", 352, "INPUT.MIN_SIZE_TEST", 256,
-                        "INPUT.MAX_SIZE_TEST", 352), "mask_quality_thin"),
+                        "INPUT.MAX_SIZE_TEST", 352), "mask_quality_thin", "thin"),
 }
 
 
@@ -158,8 +159,8 @@ def val_dataset(val_images: Optional[int] = None, regime: str = "quickstart") ->
         return data.val
     name = f"{data.val}_first_{val_images}"
     if name not in DatasetCatalog.list():
-        ensure = (synthetic_thin.ensure_synthetic_thin if regime == "thin"
-                  else synthetic.ensure_synthetic_shapes)
+        ensure = {"shapes": synthetic.ensure_synthetic_shapes,
+                  "thin": synthetic_thin.ensure_synthetic_thin}[data.generator]
         folder = ensure("val", num_images=val_images, masks=True)
         register_coco_dataset(name, str(folder / synthetic.ANNOTATIONS_FILE),
                               str(folder / synthetic.IMAGES_FOLDER))
