@@ -66,12 +66,14 @@ CPU_HEAD_GENOTYPE = ["sep_conv_3x3", "conv3x3", "sep_conv_3x3", "conv1x1", "skip
 
 
 def nas_fcos_overrides(fpn: Sequence, head: Sequence, share_index: int = 0,
-                       channels: int = 128) -> List:
+                       channels: int = 128, protocol: Sequence = PROTOCOL_BEFORE_ISSUE_60
+                       ) -> List:
     """The keys that make the recipe NAS-FCOS with genotype (`fpn`, `head`, `share_index`)
     at `channels` (default: the recipe's FPN width); ``head == []``: FCOS's head on the
-    searched FPN. The family rows keep the protocol they were measured with (P3-P7, SGD,
-    float32: ``PROTOCOL_BEFORE_ISSUE_60``), whatever the recipe config now sets."""
-    return [*PROTOCOL_BEFORE_ISSUE_60, "MODEL.META_ARCHITECTURE", "NASFCOS",
+    searched FPN. `protocol` comes first: this module's rows keep the one they were
+    measured with (P3-P7, SGD, float32: ``PROTOCOL_BEFORE_ISSUE_60``), whatever the recipe
+    config now sets; ``family_designed``'s take the recipe's solver on P3-P7."""
+    return [*protocol, "MODEL.META_ARCHITECTURE", "NASFCOS",
             "MODEL.BACKBONE.NAME", "build_nas_fcos_backbone",
             "MODEL.RESNETS.OUT_FEATURES", ["res2", "res3", "res4", "res5"],
             "MODEL.NAS_FCOS.CHANNELS", channels,  # 128: the recipe's MODEL.FPN.OUT_CHANNELS
@@ -113,10 +115,11 @@ class NASFCOSContender(FcosD2Contender):
 
     def __init__(self, name: str, genotype_file: str = "", fpn: Sequence = (),
                  head: Sequence = (), share_index: int = 0, dcn: bool = False,
-                 extra: Sequence = ()):
-        super().__init__(name, [*nas_fcos_overrides(fpn, head, share_index), *extra]
-                         if fpn else ())
+                 extra: Sequence = (), protocol: Sequence = PROTOCOL_BEFORE_ISSUE_60):
+        super().__init__(name, [*nas_fcos_overrides(fpn, head, share_index, protocol=protocol),
+                                *extra] if fpn else ())
         self.genotype_file, self.dcn, self.extra = genotype_file, dcn, list(extra)
+        self.protocol = list(protocol)
 
     def config(self, seed: int, output_dir: str, opts: Sequence = (), regime: str = "shapes",
                step: Sequence = ()):
@@ -125,28 +128,31 @@ class NASFCOSContender(FcosD2Contender):
             fpn, head = value["FPN_GENOTYPE"], value["HEAD_GENOTYPE"]
             if not self.dcn:
                 fpn, head = without_dcn(fpn, head)
-            self.overrides = [*nas_fcos_overrides(fpn, head, value["HEAD_SHARE_INDEX"]),
-                              *self.extra]
+            self.overrides = [*nas_fcos_overrides(fpn, head, value["HEAD_SHARE_INDEX"],
+                                                  protocol=self.protocol), *self.extra]
         return super().config(seed, output_dir, opts, regime, step)
 
 
-def fad_overrides(genotypes: Sequence = (), cells: int = 1) -> List:
+def fad_overrides(genotypes: Sequence = (), cells: int = 1,
+                  protocol: Sequence = PROTOCOL_BEFORE_ISSUE_60) -> List:
     """The keys that make the recipe FAD (`cells` a tower: 1 as FAD-tiny-train.yaml, FAD's
-    2; 64 channels an edge); `genotypes`: further keys choosing them (none: the paper's)."""
-    return [*PROTOCOL_BEFORE_ISSUE_60, "MODEL.META_ARCHITECTURE", "FAD",
+    2; 64 channels an edge); `genotypes`: further keys choosing them (none: the paper's);
+    `protocol` first, as ``nas_fcos_overrides`` (``()``: the recipe as shipped)."""
+    return [*protocol, "MODEL.META_ARCHITECTURE", "FAD",
             "MODEL.FAD.NUM_CHANNELS_BOX", 64, "MODEL.FAD.NUM_CHANNELS_CLS", 64,
             "MODEL.FAD.NUM_CELLS_BOX", cells, "MODEL.FAD.NUM_CELLS_CLS", cells,
             "MODEL.FCOS.CHANNELS_LAST", False, *genotypes]
 
 
-def fad_random_overrides(seed: int, cells: int = 1) -> List:
+def fad_random_overrides(seed: int, cells: int = 1,
+                         protocol: Sequence = PROTOCOL_BEFORE_ISSUE_60) -> List:
     """FAD with box and classification genotypes drawn from its space with `seed`
-    (``random_genotype(3, seed)`` and ``(3, seed + 100)``), `cells` a tower."""
+    (``random_genotype(3, seed)`` and ``(3, seed + 100)``), `cells` a tower, on `protocol`."""
     from fcos_d2.modeling.fad.genotypes import random_genotype, to_config_value
 
     return fad_overrides(["MODEL.FAD.GENO_BOX", to_config_value(random_genotype(3, seed)),
                           "MODEL.FAD.GENO_CLS", to_config_value(random_genotype(3, seed + 100))],
-                         cells)
+                         cells, protocol)
 
 
 class RetinaNetContender(Contender):

@@ -1,5 +1,11 @@
 """The family's members as designed (issue 62): rows that each change one thing.
 
+Every row trains on the recipe as shipped (AdamW, bf16, ``configs/FCOS-R18-small-data.yaml``)
+where ``family.py``'s rows keep the protocol of before issue 60 (SGD, float32). FAD's rows
+take the recipe's levels too (P2-P4), so ``fcos-d2 recipe`` is their reference; NAS-FCOS's
+FPN makes P3-P7, so its rows run on the recipe's solver at P3-P7 (``NAS_PROTOCOL``) and
+``fcos-d2 recipe+p3-p7`` (FCOS's FPN and head on the same levels) is theirs.
+
 On top of ``family.py``'s rows (one FAD cell a tower; NAS-FCOS without its deformable
 convs), these keep what the authors train:
 
@@ -10,8 +16,8 @@ convs), these keep what the authors train:
 - ``nas-fcos fpn dcn``: the published FPN with its 12 deformable convs under FCOS's head;
   ``nas-fcos fpn+head dcn centerness-on-reg``: with the published head (4 more DCNs),
   centerness on its regression tower as FCOS's recipe predicts it, so that from ``fpn
-  dcn`` it changes the towers only and against ``fpn+head dcn`` (``family.py``: the
-  authors' placement, the classification tower) the placement only.
+  dcn`` it changes the towers only and against ``fpn+head dcn centerness-on-cls`` (the
+  published model: the authors' placement, the classification tower) the placement only.
 - ``nas-fcos fpn+head sep matched-params``: the published graph with separable 3x3 convs
   in place of its DCNs at width ``SEP_MATCHED_CHANNELS``, the multiple of 32 whose model
   has the parameters nearest the DCN model's (tested).
@@ -22,16 +28,21 @@ convs), these keep what the authors train:
 """
 from typing import Dict, List, Tuple
 
-from benchmarks.train_quality.contenders import Contender, FcosD2Contender
+from benchmarks.train_quality.contenders import P3_P7, Contender, FcosD2Contender
 from benchmarks.train_quality.family import (CPU_FPN_GENOTYPE, CPU_HEAD_GENOTYPE,
-                                             NAS_HEAD_DCN, NASFCOSContender, fad_overrides,
+                                             FCOS_HEAD, NASFCOSContender, fad_overrides,
                                              fad_random_overrides, _published_fpn,
                                              _published_head)
 
 FAD_TWO_CELLS = 2  # FAD's cells a tower (MODEL.FAD.NUM_CELLS_BOX / CLS)
 FAD_PAPER_TWO, FAD_SEARCHED_TWO = "fad paper two-cell", "fad searched two-cell"
 FAD_RANDOM_TWO = {f"fad random-{k} two-cell": k for k in range(1, 7)}  # random_genotype seed
+# The recipe's solver and precision on NAS-FCOS's own levels (P3-P7, ranges [32, 64, 128, 256])
+NAS_PROTOCOL = P3_P7
+FAD_PROTOCOL: List = []  # the recipe as shipped (P2-P4)
+FCOS_P3_P7 = "fcos-d2 recipe+p3-p7"  # the NAS-FCOS rows' reference: FCOS on their levels
 NAS_FPN_DCN = "nas-fcos fpn dcn"
+NAS_HEAD_DCN_CTR_CLS = "nas-fcos fpn+head dcn centerness-on-cls"  # the published model
 NAS_HEAD_DCN_CTR_REG = "nas-fcos fpn+head dcn centerness-on-reg"
 NAS_SEP_MATCHED = "nas-fcos fpn+head sep matched-params"
 # 256: 15.03 M parameters against the DCN model's 15.30 M (224: 14.16 M, 288: 16.01 M)
@@ -45,10 +56,13 @@ SEARCHED_TRAINED_FILE = "nas_fcos_searched_trained.yaml"
 SEARCH_COMPARISONS: Dict[str, List[str]] = {
     NAS_SEARCHED_TRAINED: list(NAS_RANDOM_DCN)[:4], NAS_SEARCHED_DCN: list(NAS_RANDOM_DCN)[:4],
     FAD_SEARCHED_TWO: list(FAD_RANDOM_TWO)[:4]}
-# The rows of --contenders designed (FCOS's head is added first): the members as designed
-MAIN_ROWS = [NAS_FPN_DCN, NAS_HEAD_DCN, NAS_HEAD_DCN_CTR_REG, NAS_SEP_MATCHED, FAD_PAPER_TWO]
+# The references of --contenders designed: FCOS on the recipe's levels and on NAS-FCOS's
+REFERENCES = [FCOS_HEAD, FCOS_P3_P7]
+# The rows of --contenders designed (the references are added first): the members as designed
+MAIN_ROWS = [NAS_FPN_DCN, NAS_HEAD_DCN_CTR_CLS, NAS_HEAD_DCN_CTR_REG, NAS_SEP_MATCHED,
+             FAD_PAPER_TWO]
 # The tables' order: the main rows, then the searched and random ones
-DESIGNED_ORDER = [*MAIN_ROWS, NAS_SEARCHED_DCN, NAS_SEARCHED_TRAINED, *NAS_RANDOM_DCN,
+DESIGNED_ORDER = [FCOS_P3_P7, *MAIN_ROWS, NAS_SEARCHED_DCN, NAS_SEARCHED_TRAINED, *NAS_RANDOM_DCN,
                   FAD_SEARCHED_TWO, *FAD_RANDOM_TWO]
 
 
@@ -71,7 +85,7 @@ class RandomNASContender(NASFCOSContender):
     """NAS-FCOS of ``nas_random_genotype(seed)``, drawn when it first makes a config."""
 
     def __init__(self, name: str, seed: int):
-        super().__init__(name, dcn=True)
+        super().__init__(name, dcn=True, protocol=NAS_PROTOCOL)
         self.seed = seed
 
     def config(self, seed: int, output_dir: str, opts=(), regime: str = "shapes", step=()):
@@ -79,27 +93,32 @@ class RandomNASContender(NASFCOSContender):
             fpn, head, share = nas_random_genotype(self.seed)
             from benchmarks.train_quality.family import nas_fcos_overrides
 
-            self.overrides = nas_fcos_overrides(fpn, head, share)
+            self.overrides = nas_fcos_overrides(fpn, head, share, protocol=NAS_PROTOCOL)
         return super().config(seed, output_dir, opts, regime, step)
 
 
 def designed_contenders() -> List[Contender]:
-    """The rows of this module (``family.py`` already has ``nas-fcos fpn+head dcn``)."""
+    """The rows of this module (``fcos-d2 recipe+p3-p7`` is a recipe variant)."""
     from benchmarks.train_quality.family import GENOTYPES
 
+    def nas(name, **kwargs):
+        return NASFCOSContender(name, protocol=NAS_PROTOCOL, **kwargs)
+
     ctr_on_reg = ["MODEL.NAS_FCOS.CENTERNESS_ON_REG", True]
-    nas = [NASFCOSContender(NAS_FPN_DCN, fpn=_published_fpn(), head=[]),
-           NASFCOSContender(NAS_HEAD_DCN_CTR_REG, fpn=_published_fpn(), head=_published_head(),
-                            extra=ctr_on_reg),
-           NASFCOSContender(NAS_SEP_MATCHED, fpn=CPU_FPN_GENOTYPE, head=CPU_HEAD_GENOTYPE,
-                            extra=["MODEL.NAS_FCOS.CHANNELS", SEP_MATCHED_CHANNELS]),
-           NASFCOSContender(NAS_SEARCHED_DCN, genotype_file="nas_fcos_searched.yaml", dcn=True),
-           NASFCOSContender(NAS_SEARCHED_TRAINED, genotype_file=SEARCHED_TRAINED_FILE, dcn=True),
-           *(RandomNASContender(name, seed) for name, seed in NAS_RANDOM_DCN.items())]
-    fad = [FcosD2Contender(FAD_PAPER_TWO, fad_overrides(cells=FAD_TWO_CELLS)),
+    nas_rows = [
+        nas(NAS_FPN_DCN, fpn=_published_fpn(), head=[]),
+        nas(NAS_HEAD_DCN_CTR_CLS, fpn=_published_fpn(), head=_published_head()),
+        nas(NAS_HEAD_DCN_CTR_REG, fpn=_published_fpn(), head=_published_head(), extra=ctr_on_reg),
+        nas(NAS_SEP_MATCHED, fpn=CPU_FPN_GENOTYPE, head=CPU_HEAD_GENOTYPE,
+            extra=["MODEL.NAS_FCOS.CHANNELS", SEP_MATCHED_CHANNELS]),
+        nas(NAS_SEARCHED_DCN, genotype_file="nas_fcos_searched.yaml", dcn=True),
+        nas(NAS_SEARCHED_TRAINED, genotype_file=SEARCHED_TRAINED_FILE, dcn=True),
+        *(RandomNASContender(name, seed) for name, seed in NAS_RANDOM_DCN.items())]
+    fad = [FcosD2Contender(FAD_PAPER_TWO, fad_overrides(cells=FAD_TWO_CELLS,
+                                                        protocol=FAD_PROTOCOL)),
            FcosD2Contender(FAD_SEARCHED_TWO, fad_overrides(
                ["MODEL.FAD.GENOTYPE_FILE", str(GENOTYPES / "fad_searched.log")],
-               cells=FAD_TWO_CELLS))]
-    fad += [FcosD2Contender(name, fad_random_overrides(seed, FAD_TWO_CELLS))
+               cells=FAD_TWO_CELLS, protocol=FAD_PROTOCOL))]
+    fad += [FcosD2Contender(name, fad_random_overrides(seed, FAD_TWO_CELLS, FAD_PROTOCOL))
             for name, seed in FAD_RANDOM_TWO.items()]
-    return [*nas, *fad]
+    return [*nas_rows, *fad]

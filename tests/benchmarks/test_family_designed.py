@@ -10,7 +10,7 @@ from fcos_d2.modeling.layers import DeformConv2d
 
 # Parameters of the full models (ResNet-18 trunk included) as configs/NAS-FCOS/README.md
 # and configs/FAD/README.md state them beside the table
-FAD_PAPER_TWO_CELL_PARAMS = 13_534_416  # head 1.50 M (one cell: 12.79 M, head 0.76 M)
+FAD_PAPER_TWO_CELL_PARAMS = 4_788_174  # on the recipe's res2-res4 trunk; head 1.50 M (one cell: 0.76 M)
 NAS_DCN_PARAMS = 15_295_536  # FPN 2.94 M, head 1.18 M, 16 DCNs
 
 
@@ -33,13 +33,28 @@ def test_the_two_cell_fad_row_builds_two_cells_a_tower_with_the_stated_parameter
 
 
 def test_the_dcn_nas_fcos_row_builds_its_16_deformable_convs_with_the_stated_parameters():
-    model = _model(family.NAS_HEAD_DCN)
-    assert sum(isinstance(m, DeformConv2d) for m in model.modules()) == 16
-    assert _params(model) == NAS_DCN_PARAMS
+    for name in (family.NAS_HEAD_DCN, designed.NAS_HEAD_DCN_CTR_CLS):  # issue 50's, on the recipe
+        model = _model(name)
+        assert sum(isinstance(m, DeformConv2d) for m in model.modules()) == 16
+        assert _params(model) == NAS_DCN_PARAMS
+
+
+def test_designed_rows_train_on_the_recipe_solver_at_their_levels():
+    recipe = catalog.contender_cfg(family.FCOS_HEAD, 0, "unused")
+    p3_p7 = catalog.contender_cfg(designed.FCOS_P3_P7, 0, "unused")
+    for name in (designed.FAD_PAPER_TWO, *designed.MAIN_ROWS[:4], "nas-fcos random-1 dcn"):
+        cfg = catalog.contender_cfg(name, 0, "unused")
+        assert cfg.SOLVER.OPTIMIZER == recipe.SOLVER.OPTIMIZER == "ADAMW", name
+        assert cfg.SOLVER.AMP.ENABLED and cfg.SOLVER.BASE_LR == recipe.SOLVER.BASE_LR, name
+        levels = recipe if name == designed.FAD_PAPER_TWO else p3_p7
+        assert cfg.MODEL.FCOS.IN_FEATURES == levels.MODEL.FCOS.IN_FEATURES, name
+        assert cfg.MODEL.FCOS.SIZES_OF_INTEREST == levels.MODEL.FCOS.SIZES_OF_INTEREST, name
+    old = catalog.contender_cfg(family.NAS_HEAD_DCN, 0, "unused")  # issue 50's protocol
+    assert old.SOLVER.OPTIMIZER == "SGD" and not old.SOLVER.AMP.ENABLED
 
 
 def test_the_centerness_row_changes_only_the_centerness_placement():
-    authors = catalog.contender_cfg(family.NAS_HEAD_DCN, 0, "unused")
+    authors = catalog.contender_cfg(designed.NAS_HEAD_DCN_CTR_CLS, 0, "unused")
     on_reg = catalog.contender_cfg(designed.NAS_HEAD_DCN_CTR_REG, 0, "unused")
     assert on_reg.MODEL.NAS_FCOS.CENTERNESS_ON_REG and not authors.MODEL.NAS_FCOS.CENTERNESS_ON_REG
     on_reg.defrost()
@@ -75,7 +90,7 @@ def test_designed_rows_are_by_name_only_and_every_comparison_names_known_rows():
     names = catalog.contender_names()
     assert set(designed.DESIGNED_ORDER) <= set(names)
     assert not set(catalog.default_contenders(names, "shapes")) & set(designed.DESIGNED_ORDER)
-    assert catalog.designed_names() == [family.FCOS_HEAD, *designed.MAIN_ROWS]
+    assert catalog.designed_names() == [family.FCOS_HEAD, designed.FCOS_P3_P7, *designed.MAIN_ROWS]
     for searched, randoms in designed.SEARCH_COMPARISONS.items():
         assert searched in names and len(randoms) == 4 and set(randoms) <= set(names)
     # the proxy check's >= 8 architectures a space: searched, published and random rows
