@@ -91,8 +91,9 @@ def family_names() -> List[str]:
 
 def designed_names() -> List[str]:
     """The rows of the members as designed (``--contenders designed``, issue 62): the
-    references first (FCOS on the recipe's levels and on NAS-FCOS's), then ``family_designed.MAIN_ROWS`` (the searched and random rows are
-    trained by ``search_check compare``'s command)."""
+    references first (FCOS on the recipe's levels and on NAS-FCOS's), then
+    ``family_designed.MAIN_ROWS`` (the searched and random rows are trained by
+    ``search_check compare``'s command)."""
     return [*family_designed.REFERENCES, *family_designed.MAIN_ROWS]
 
 

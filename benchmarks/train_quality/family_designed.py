@@ -61,9 +61,17 @@ REFERENCES = [FCOS_HEAD, FCOS_P3_P7]
 # The rows of --contenders designed (the references are added first): the members as designed
 MAIN_ROWS = [NAS_FPN_DCN, NAS_HEAD_DCN_CTR_CLS, NAS_HEAD_DCN_CTR_REG, NAS_SEP_MATCHED,
              FAD_PAPER_TWO]
+# The rows on NAS_PROTOCOL, read against FCOS_P3_P7 (the others against FCOS_HEAD)
+NAS_DESIGNED = [NAS_FPN_DCN, NAS_HEAD_DCN_CTR_CLS, NAS_HEAD_DCN_CTR_REG, NAS_SEP_MATCHED,
+                NAS_SEARCHED_DCN, NAS_SEARCHED_TRAINED, *NAS_RANDOM_DCN]
 # The tables' order: the main rows, then the searched and random ones
 DESIGNED_ORDER = [FCOS_P3_P7, *MAIN_ROWS, NAS_SEARCHED_DCN, NAS_SEARCHED_TRAINED, *NAS_RANDOM_DCN,
                   FAD_SEARCHED_TWO, *FAD_RANDOM_TWO]
+
+
+def reference_of(name: str) -> str:
+    """The FCOS row that `name` is read against: FCOS on the same levels and solver."""
+    return FCOS_P3_P7 if name in NAS_DESIGNED else FCOS_HEAD
 
 
 def nas_random_genotype(seed: int, num_cells: int = 7, head_layers: int = 6

@@ -225,3 +225,34 @@ def test_a_longer_schedule_gets_its_own_table_with_training_seconds_and_the_read
         (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     doc = family_tables.family_doc(tmp_path)
     assert "## At 4800 iterations" in doc and doc.count("| contender |") == 2
+
+
+def test_nas_fcos_designed_rows_read_against_fcos_on_their_levels_with_costs_of_their_era():
+    from benchmarks.train_quality import family_designed as designed
+
+    schedule = ["SOLVER.MAX_ITER", "4200"]
+
+    def run(name, ap, recipe=True):
+        record = {**_record("train_quality", 0, {"AP": ap, "AP50": ap}, {},
+                            {"contender": name, "iterations": 4200}), "overrides": schedule}
+        return {**record, "recipe": "abcd1234"} if recipe else record
+
+    def cost(name, gflops, recipe):
+        record = _record("family_costs", None, {"params_M": 1.0, "gflops": gflops,
+                                                "latency_ms": 7.0}, {}, {"contender": name})
+        return {**record, "recipe": "abcd1234"} if recipe else record
+
+    quality = [run(family.FCOS_HEAD, 60.0), run(designed.FCOS_P3_P7, 40.0),
+               run(designed.NAS_HEAD_DCN_CTR_CLS, 41.0), run(designed.FAD_PAPER_TWO, 61.0)]
+    costs = [cost(family.FCOS_HEAD, 1.0, True), cost(family.FCOS_HEAD, 9.0, False),
+             cost(designed.FCOS_P3_P7, 2.0, True), cost(designed.NAS_HEAD_DCN_CTR_CLS, 2.1, True),
+             cost(designed.FAD_PAPER_TWO, 1.05, True)]
+    fcos, p3_p7, nas, fad = family_tables.family_rows(
+        list(enumerate(quality, 1)), list(enumerate(costs, 1)), 4200)
+    assert fcos[8] == "1.000"  # the digested cost, not the later one of the old era
+    assert p3_p7[10] == "the reference of NAS-FCOS's designed rows"
+    assert nas[10] == "1.05x FCOS's GFLOPs, +1.0 AP: reaches FCOS's AP"  # against P3-P7's
+    assert fad[10] == "1.05x FCOS's GFLOPs, +1.0 AP: reaches FCOS's AP"  # against the recipe
+    legacy = family_tables.family_rows([(1, run(family.FCOS_HEAD, 5.0, recipe=False))],
+                                       list(enumerate(costs, 1)), 4200)
+    assert legacy[0][8] == "9.000"  # runs without a digest: the cost without one

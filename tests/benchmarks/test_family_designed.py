@@ -10,7 +10,8 @@ from fcos_d2.modeling.layers import DeformConv2d
 
 # Parameters of the full models (ResNet-18 trunk included) as configs/NAS-FCOS/README.md
 # and configs/FAD/README.md state them beside the table
-FAD_PAPER_TWO_CELL_PARAMS = 4_788_174  # on the recipe's res2-res4 trunk; head 1.50 M (one cell: 0.76 M)
+# on the recipe's res2-res4 trunk; head 1.50 M (one cell: 0.76 M)
+FAD_PAPER_TWO_CELL_PARAMS = 4_788_174
 NAS_DCN_PARAMS = 15_295_536  # FPN 2.94 M, head 1.18 M, 16 DCNs
 
 
