@@ -32,6 +32,7 @@ from benchmarks.records import REPO, score
 from benchmarks.train_quality.family_designed import SEARCH_COMPARISONS
 
 PROXY_BENCHMARK = "search_proxy"  # benchmarks/results/search_proxy.jsonl
+SPEEDUP_BENCHMARK = "search_speedup"  # benchmarks/results/search_speedup.jsonl
 TAU_TARGET = 0.4
 
 
@@ -248,9 +249,22 @@ def main(argv: Optional[List[str]] = None) -> None:
                                 SEARCH_COMPARISONS[args.searched], args.iterations)))
     else:
         times = speedup(args.member, args.workers, args.scale)
+        record = speedup_record(times, args, "python -m benchmarks.train_quality.search_check "
+                                + shlex.join(sys.argv[1:] if argv is None else argv))
+        records.append_record(record)
         print(f"{args.member} search: 1 worker {times[1]:.1f} s, {args.workers} workers "
-              f"{times[args.workers]:.1f} s: speed-up {times[1] / times[args.workers]:.2f}x "
+              f"{times[args.workers]:.1f} s: speed-up {record['metrics']['speedup']:.2f}x "
               f"(wall, process start to end; CPU {records.cpu_kind()})")
+
+
+def speedup_record(times: Dict[int, float], args, command: str) -> dict:
+    """The record of a ``speedup`` measurement: both wall times and their ratio."""
+    return records.make_record(
+        SPEEDUP_BENCHMARK, command=command, seed=None, overrides=[],
+        metrics={"seconds_1_worker": round(times[1], 1),
+                 f"seconds_{args.workers}_workers": round(times[args.workers], 1),
+                 "speedup": times[1] / times[args.workers]},
+        times={}, run={"member": args.member, "workers": args.workers, "scale": args.scale})
 
 
 if __name__ == "__main__":

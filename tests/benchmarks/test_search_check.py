@@ -1,6 +1,7 @@
 """Do the searches earn their cost (benchmarks/train_quality/search_check.py): Kendall's
 tau on hand-made rewards and APs against hand-computed values, FAD's supernet score of a
 genotype, the searched-against-random verdict and the tau read from records."""
+import json
 import math
 
 import pytest
@@ -83,3 +84,14 @@ def test_fad_rewards_score_each_rows_genotypes_on_the_searchs_final_weights(tmp_
     edges = sum(len(node) for node in PAPER_BOX.nodes)  # 6 edges a tower
     assert edges == sum(len(node) for node in PAPER_CLS.nodes) == 6
     assert found == {FAD_PAPER_TWO: 6 * 0.5 + 6 * 0.25}  # the last entry's weights
+
+
+def test_the_speedup_is_recorded_with_both_wall_times(tmp_path, monkeypatch):
+    monkeypatch.setenv("FCOS_D2_RECORDS_DIR", str(tmp_path))
+    monkeypatch.setattr(search_check, "speedup", lambda member, workers, scale: {1: 30.0, 2: 20.0})
+    search_check.main(["speedup", "--member", "fad", "--scale", "3"])
+    (record,) = [json.loads(line) for line in
+                 (tmp_path / "search_speedup.jsonl").read_text().splitlines()]
+    assert record["metrics"] == {"seconds_1_worker": 30.0, "seconds_2_workers": 20.0,
+                                 "speedup": 1.5}
+    assert record["run"] == {"member": "fad", "workers": 2, "scale": 3}
