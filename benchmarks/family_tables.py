@@ -37,10 +37,13 @@ EQUAL_FLOPS_TOLERANCE = 1.10
 def equal_flops_reading(ap: float, gflops: float, ref_ap: Optional[float],
                         ref_gflops: Optional[float]) -> str:
     """How a row reads at FCOS's FLOPs: its GFLOPs as a multiple of FCOS's head's row and,
-    at most ``EQUAL_FLOPS_TOLERANCE`` times them, its AP against FCOS's (same schedule)."""
+    at most ``EQUAL_FLOPS_TOLERANCE`` times them, its AP against FCOS's (same schedule);
+    above it, a row below FCOS's AP is below it at equal FLOPs too (it has more)."""
     if ref_ap is None or not ref_gflops:
         return "no FCOS row with costs"
     ratio = gflops / ref_gflops
+    if ratio > EQUAL_FLOPS_TOLERANCE and ap < ref_ap:  # more FLOPs and less AP: settled
+        return f"{ratio:.2f}x FCOS's GFLOPs, {ap - ref_ap:+.1f} AP: below FCOS's AP at more FLOPs"
     if ratio > EQUAL_FLOPS_TOLERANCE:
         return f"{ratio:.2f}x FCOS's GFLOPs: no equal-FLOPs reading"
     verdict = "reaches FCOS's AP" if ap >= ref_ap else "below FCOS's AP"

@@ -196,6 +196,8 @@ def test_equal_flops_reading_compares_ap_only_up_to_the_tolerance():
     assert family_tables.equal_flops_reading(9.0, 1.2, 5.5, 1.0) == \
         "1.20x FCOS's GFLOPs: no equal-FLOPs reading"
     assert family_tables.equal_flops_reading(9.0, 1.0, None, None) == "no FCOS row with costs"
+    assert family_tables.equal_flops_reading(5.0, 1.2, 5.5, 1.0) == \
+        "1.20x FCOS's GFLOPs, -0.5 AP: below FCOS's AP at more FLOPs"
 
 
 def test_a_longer_schedule_gets_its_own_table_with_training_seconds_and_the_reading(tmp_path):
