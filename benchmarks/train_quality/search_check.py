@@ -209,7 +209,7 @@ def _parser() -> argparse.ArgumentParser:
     comparison.add_argument("--print-command", action="store_true")
     for command in (tau, comparison):
         command.add_argument("--iterations", type=int, required=True,
-                             help="the schedule of the runs read (the recipe's: 4800)")
+                             help="the schedule of the runs read (the recipe's 42 epochs: 4200)")
     faster = sub.add_parser("speedup", help="a small search with 1 and 2 workers")
     faster.add_argument("--member", choices=("nas-fcos", "fad"), required=True)
     faster.add_argument("--workers", type=int, default=2)
