@@ -259,6 +259,9 @@ def add_solver_config(cfg: CN) -> None:
         cfg.SOLVER.OPTIMIZER = "SGD"
     if "ADAMW_BETAS" not in cfg.SOLVER:
         cfg.SOLVER.ADAMW_BETAS = (0.9, 0.999)  # AdamW's (beta1, beta2)
+    if "DEFORM_OFFSET_LR_FACTOR" not in cfg.SOLVER:
+        # lr factor of the deformable convs' offset (and mask) predictors; 1.0: the base lr
+        cfg.SOLVER.DEFORM_OFFSET_LR_FACTOR = 1.0
     add_schedule_config(cfg)
 
 
