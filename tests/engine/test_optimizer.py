@@ -147,3 +147,54 @@ def test_a_checkpoint_of_the_loop_kernel_resumes_on_the_fused_one_under_a_grad_s
     scaler.step(ours)  # the fused step undoes the scale itself
     scaler.update()
     assert all(not torch.equal(p, b) for p, b in zip(model.parameters(), before))
+
+
+def deformable_model():
+    from fcos_d2.modeling.layers import DeformConv2d
+
+    return nn.Sequential(DeformConv2d(4, 4, norm=nn.GroupNorm(2, 4)), nn.Conv2d(4, 2, 1))
+
+
+@pytest.mark.parametrize("optimizer_name", ["SGD", "ADAMW"])
+def test_offset_lr_factor_scales_only_the_offset_predictors(optimizer_name):
+    model = deformable_model()
+    optimizer = build_optimizer(solver_cfg("SOLVER.OPTIMIZER", optimizer_name,
+                                           "SOLVER.DEFORM_OFFSET_LR_FACTOR", 0.1), model)
+    groups = {id(p): g for g in optimizer.param_groups for p in g["params"]}
+    assert len(groups) == len(list(model.parameters()))  # each parameter once
+    deform, conv = model[0], model[1]
+    assert groups[id(deform.offset.weight)]["lr"] == pytest.approx(0.0001)
+    assert groups[id(deform.offset.weight)]["weight_decay"] == 0.05
+    assert groups[id(deform.offset.bias)]["lr"] == pytest.approx(0.0002)  # x BIAS_LR_FACTOR
+    assert groups[id(deform.offset.bias)]["weight_decay"] == 0.0
+    assert groups[id(deform.weight)]["lr"] == 0.001
+    assert groups[id(conv.weight)]["lr"] == 0.001
+
+
+def test_offset_lr_factor_one_leaves_detectrons_groups():
+    model = deformable_model()
+    default = build_optimizer(solver_cfg(), model)
+    assert solver_cfg().SOLVER.DEFORM_OFFSET_LR_FACTOR == 1.0
+    plain = {id(p): g["lr"] for g in default.param_groups for p in g["params"]}
+    assert plain[id(model[0].offset.weight)] == plain[id(model[0].weight)] == 0.001
+
+
+def test_offset_lr_factor_survives_the_lr_schedule():
+    from detectron2.solver import build_lr_scheduler
+
+    model = deformable_model()
+    cfg = solver_cfg("SOLVER.OPTIMIZER", "ADAMW", "SOLVER.DEFORM_OFFSET_LR_FACTOR", 0.1,
+                     "SOLVER.WARMUP_ITERS", 0, "SOLVER.MAX_ITER", 10, "SOLVER.STEPS", (5,))
+    optimizer = build_optimizer(cfg, model)
+    scheduler = build_lr_scheduler(cfg, optimizer)
+    for _ in range(6):
+        optimizer.step()
+        scheduler.step()
+    groups = {id(p): g for g in optimizer.param_groups for p in g["params"]}
+    assert groups[id(model[0].offset.weight)]["lr"] == pytest.approx(0.0001 * cfg.SOLVER.GAMMA)
+    assert groups[id(model[0].weight)]["lr"] == pytest.approx(0.001 * cfg.SOLVER.GAMMA)
+
+
+def test_negative_offset_lr_factor_is_named():
+    with pytest.raises(ValueError, match="SOLVER.DEFORM_OFFSET_LR_FACTOR"):
+        build_optimizer(solver_cfg("SOLVER.DEFORM_OFFSET_LR_FACTOR", -0.1), deformable_model())

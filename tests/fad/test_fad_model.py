@@ -26,7 +26,7 @@ def config(name="FAD-tiny-train.yaml", *opts):
     ("FAD-R50-1x.yaml", 96, "FAD"), ("FAD-R101-2x-MS.yaml", 96, "FAD"),
     ("FAD-X101-64x4d-2x-MS.yaml", 128, "FAD"), ("FAD-R50-search.yaml", 96, "FADSearch"),
     ("FAD-tiny-train.yaml", 32, "FAD"), ("FAD-tiny-search.yaml", 32, "FADSearch"),
-    ("FAD-search-on-recipe.yaml", 64, "FADSearch")])
+    ("FAD-search-on-recipe.yaml", 64, "FADSearch"), ("FAD-search-P2-P4.yaml", 64, "FADSearch")])
 def test_configs_build_their_head(name, channels, meta):
     cfg = config(name)
     assert cfg.MODEL.META_ARCHITECTURE == meta
