@@ -16,7 +16,7 @@ from torch import Tensor
 from torch.nn import functional as F
 
 
-def _tap_positions(kernel: Tuple[int, int], out_size: Tuple[int, int], stride: int,
+def tap_positions(kernel: Tuple[int, int], out_size: Tuple[int, int], stride: int,
                    padding: int, dilation: int, device) -> Tuple[Tensor, Tensor]:
     """Undeformed sampling rows and columns, each (K, Ho, Wo), in input pixels."""
     kh, kw = kernel
@@ -41,7 +41,7 @@ def sample_columns(x: Tensor, offset: Tensor, kernel: Tuple[int, int], *, stride
     if groups * 2 * k != offset.shape[1] or c % groups:
         raise ValueError(f"deformable conv: offset channels {offset.shape[1]} are not "
                          f"2 * {k} taps * deform groups dividing the {c} input channels")
-    base_y, base_x = _tap_positions(kernel, (ho, wo), stride, padding, dilation, x.device)
+    base_y, base_x = tap_positions(kernel, (ho, wo), stride, padding, dilation, x.device)
     offset = offset.view(n, groups, k, 2, ho, wo)  # (N, G, K, (dy, dx), Ho, Wo)
     y = base_y.to(offset.dtype) + offset[:, :, :, 0]  # (N, G, K, Ho, Wo) in pixels
     px = base_x.to(offset.dtype) + offset[:, :, :, 1]
