@@ -18,13 +18,17 @@ convs), these keep what the authors train:
   centerness on its regression tower as FCOS's recipe predicts it, so that from ``fpn
   dcn`` it changes the towers only and against ``fpn+head dcn centerness-on-cls`` (the
   published model: the authors' placement, the classification tower) the placement only.
+- ``... offset-lr-0.1``: those three rows with the deformable convs' offset predictors at
+  0.1x the lr (``OFFSET_LR``): at AdamW's lr their offsets grew as long as P5-P7's maps
+  are wide and sampled mostly padding (``python -m benchmarks.train_quality.offsets``).
 - ``nas-fcos fpn+head sep matched-params``: the published graph with separable 3x3 convs
   in place of its DCNs at width ``SEP_MATCHED_CHANNELS``, the multiple of 32 whose model
   has the parameters nearest the DCN model's (tested).
 - ``nas-fcos searched dcn`` / ``searched-trained dcn`` / ``random-k dcn``: the searched
   genotypes with their DCNs kept (the operations the search chose), the search on the
   recipe's trained bottom-up (``genotypes/nas_fcos_searched_trained.yaml``, written by the
-  command of configs/NAS-FCOS/README.md), and genotypes drawn uniformly from the space.
+  command of configs/NAS-FCOS/README.md), and genotypes drawn uniformly from the space;
+  their offsets at 0.1x the lr too.
 """
 from typing import Dict, List, Tuple
 
@@ -39,12 +43,19 @@ FAD_PAPER_TWO, FAD_SEARCHED_TWO = "fad paper two-cell", "fad searched two-cell"
 FAD_RANDOM_TWO = {f"fad random-{k} two-cell": k for k in range(1, 7)}  # random_genotype seed
 # The recipe's solver and precision on NAS-FCOS's own levels (P3-P7, ranges [32, 64, 128, 256])
 NAS_PROTOCOL = P3_P7
+# ... with the deformable convs' offset predictors at 0.1x the lr: at AdamW's lr the offsets
+# grew 2-7 feature pixels long on 4x4 and 8x8 maps, 54-91% of samples in the padding
+OFFSET_LR = ["SOLVER.DEFORM_OFFSET_LR_FACTOR", 0.1]
+NAS_DCN_PROTOCOL = [*P3_P7, *OFFSET_LR]
 FAD_PROTOCOL: List = []  # the recipe as shipped (P2-P4)
 FCOS_P3_P7 = "fcos-d2 recipe+p3-p7"  # the NAS-FCOS rows' reference: FCOS on their levels
 NAS_FPN_DCN = "nas-fcos fpn dcn"
 NAS_HEAD_DCN_CTR_CLS = "nas-fcos fpn+head dcn centerness-on-cls"  # the published model
 NAS_HEAD_DCN_CTR_REG = "nas-fcos fpn+head dcn centerness-on-reg"
 NAS_SEP_MATCHED = "nas-fcos fpn+head sep matched-params"
+# The three DCN rows on NAS_DCN_PROTOCOL (the rows above keep the offsets at the base lr)
+OFFSET_LR_ROWS = {name: f"{name} offset-lr-0.1"
+                  for name in (NAS_FPN_DCN, NAS_HEAD_DCN_CTR_CLS, NAS_HEAD_DCN_CTR_REG)}
 # 256: 15.03 M parameters against the DCN model's 15.30 M (224: 14.16 M, 288: 16.01 M)
 SEP_MATCHED_CHANNELS = 256
 NAS_SEARCHED_DCN, NAS_SEARCHED_TRAINED = "nas-fcos searched dcn", "nas-fcos searched-trained dcn"
@@ -59,14 +70,15 @@ SEARCH_COMPARISONS: Dict[str, List[str]] = {
 # The references of --contenders designed: FCOS on the recipe's levels and on NAS-FCOS's
 REFERENCES = [FCOS_HEAD, FCOS_P3_P7]
 # The rows of --contenders designed (the references are added first): the members as designed
-MAIN_ROWS = [NAS_FPN_DCN, NAS_HEAD_DCN_CTR_CLS, NAS_HEAD_DCN_CTR_REG, NAS_SEP_MATCHED,
-             FAD_PAPER_TWO]
-# The rows on NAS_PROTOCOL, read against FCOS_P3_P7 (the others against FCOS_HEAD)
-NAS_DESIGNED = [NAS_FPN_DCN, NAS_HEAD_DCN_CTR_CLS, NAS_HEAD_DCN_CTR_REG, NAS_SEP_MATCHED,
-                NAS_SEARCHED_DCN, NAS_SEARCHED_TRAINED, *NAS_RANDOM_DCN]
-# The tables' order: the main rows, then the searched and random ones
-DESIGNED_ORDER = [FCOS_P3_P7, *MAIN_ROWS, NAS_SEARCHED_DCN, NAS_SEARCHED_TRAINED, *NAS_RANDOM_DCN,
-                  FAD_SEARCHED_TWO, *FAD_RANDOM_TWO]
+MAIN_ROWS = [*OFFSET_LR_ROWS.values(), NAS_SEP_MATCHED, FAD_PAPER_TWO]
+# The rows on NAS-FCOS's levels, read against FCOS_P3_P7 (the others against FCOS_HEAD)
+NAS_DESIGNED = [NAS_FPN_DCN, NAS_HEAD_DCN_CTR_CLS, NAS_HEAD_DCN_CTR_REG,
+                *OFFSET_LR_ROWS.values(), NAS_SEP_MATCHED, NAS_SEARCHED_DCN,
+                NAS_SEARCHED_TRAINED, *NAS_RANDOM_DCN]
+# The tables' order: the DCN rows at the base offset lr, the main rows, then the searched and
+# random ones
+DESIGNED_ORDER = [FCOS_P3_P7, *OFFSET_LR_ROWS, *MAIN_ROWS, NAS_SEARCHED_DCN,
+                  NAS_SEARCHED_TRAINED, *NAS_RANDOM_DCN, FAD_SEARCHED_TWO, *FAD_RANDOM_TWO]
 
 
 def reference_of(name: str) -> str:
@@ -93,7 +105,7 @@ class RandomNASContender(NASFCOSContender):
     """NAS-FCOS of ``nas_random_genotype(seed)``, drawn when it first makes a config."""
 
     def __init__(self, name: str, seed: int):
-        super().__init__(name, dcn=True, protocol=NAS_PROTOCOL)
+        super().__init__(name, dcn=True, protocol=NAS_DCN_PROTOCOL)
         self.seed = seed
 
     def config(self, seed: int, output_dir: str, opts=(), regime: str = "shapes", step=()):
@@ -101,7 +113,7 @@ class RandomNASContender(NASFCOSContender):
             fpn, head, share = nas_random_genotype(self.seed)
             from benchmarks.train_quality.family import nas_fcos_overrides
 
-            self.overrides = nas_fcos_overrides(fpn, head, share, protocol=NAS_PROTOCOL)
+            self.overrides = nas_fcos_overrides(fpn, head, share, protocol=NAS_DCN_PROTOCOL)
         return super().config(seed, output_dir, opts, regime, step)
 
 
@@ -109,15 +121,18 @@ def designed_contenders() -> List[Contender]:
     """The rows of this module (``fcos-d2 recipe+p3-p7`` is a recipe variant)."""
     from benchmarks.train_quality.family import GENOTYPES
 
-    def nas(name, **kwargs):
-        return NASFCOSContender(name, protocol=NAS_PROTOCOL, **kwargs)
+    def nas(name, protocol=NAS_DCN_PROTOCOL, **kwargs):
+        return NASFCOSContender(name, protocol=protocol, **kwargs)
 
     ctr_on_reg = ["MODEL.NAS_FCOS.CENTERNESS_ON_REG", True]
+    dcn_rows = [(NAS_FPN_DCN, {"fpn": _published_fpn(), "head": []}),
+                (NAS_HEAD_DCN_CTR_CLS, {"fpn": _published_fpn(), "head": _published_head()}),
+                (NAS_HEAD_DCN_CTR_REG, {"fpn": _published_fpn(), "head": _published_head(),
+                                        "extra": ctr_on_reg})]
     nas_rows = [
-        nas(NAS_FPN_DCN, fpn=_published_fpn(), head=[]),
-        nas(NAS_HEAD_DCN_CTR_CLS, fpn=_published_fpn(), head=_published_head()),
-        nas(NAS_HEAD_DCN_CTR_REG, fpn=_published_fpn(), head=_published_head(), extra=ctr_on_reg),
-        nas(NAS_SEP_MATCHED, fpn=CPU_FPN_GENOTYPE, head=CPU_HEAD_GENOTYPE,
+        *(nas(name, NAS_PROTOCOL, **genotype) for name, genotype in dcn_rows),
+        *(nas(OFFSET_LR_ROWS[name], **genotype) for name, genotype in dcn_rows),
+        nas(NAS_SEP_MATCHED, NAS_PROTOCOL, fpn=CPU_FPN_GENOTYPE, head=CPU_HEAD_GENOTYPE,
             extra=["MODEL.NAS_FCOS.CHANNELS", SEP_MATCHED_CHANNELS]),
         nas(NAS_SEARCHED_DCN, genotype_file="nas_fcos_searched.yaml", dcn=True),
         nas(NAS_SEARCHED_TRAINED, genotype_file=SEARCHED_TRAINED_FILE, dcn=True),
