@@ -96,3 +96,17 @@ def test_designed_rows_are_by_name_only_and_every_comparison_names_known_rows():
         assert searched in names and len(randoms) == 4 and set(randoms) <= set(names)
     # the proxy check's >= 8 architectures a space: searched, published and random rows
     assert len(designed.NAS_RANDOM_DCN) == len(designed.FAD_RANDOM_TWO) == 6
+
+
+def test_the_offset_lr_rows_change_only_the_offsets_lr():
+    for base, slow in designed.OFFSET_LR_ROWS.items():
+        before = catalog.contender_cfg(base, 0, "unused")
+        after = catalog.contender_cfg(slow, 0, "unused")
+        assert before.SOLVER.DEFORM_OFFSET_LR_FACTOR == 1.0, base
+        assert after.SOLVER.DEFORM_OFFSET_LR_FACTOR == 0.1, slow
+        after.defrost()
+        after.SOLVER.DEFORM_OFFSET_LR_FACTOR = 1.0
+        assert after == before, slow
+    # the rows that draw DCNs from the search's space take the slower offsets too
+    for name in (designed.NAS_SEARCHED_DCN, "nas-fcos random-1 dcn"):
+        assert catalog.contender_cfg(name, 0, "unused").SOLVER.DEFORM_OFFSET_LR_FACTOR == 0.1
