@@ -150,7 +150,8 @@ def nas_rewards(names: Sequence[str], args) -> Dict[str, float]:
     torch.manual_seed(search.seed)
     proxy = ProxyTask(cfg, train, val, iterations=search.proxy_iterations,
                       batch_size=search.batch_size, lr=search.lr,
-                      bottom_up_weights=search.bottom_up_weights)
+                      bottom_up_weights=search.bottom_up_weights,
+                      offset_lr_factor=cfg.SOLVER.DEFORM_OFFSET_LR_FACTOR)
     rewards = {}
     for name in names:
         node = catalog.contender_cfg(name, 0, "unused").MODEL.NAS_FCOS

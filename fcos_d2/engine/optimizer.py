@@ -15,7 +15,7 @@ import torch
 from detectron2.config import CfgNode as CN
 from detectron2.solver.build import get_default_optimizer_params, maybe_add_gradient_clipping
 
-from ..modeling.layers import DeformConv2d
+from ..modeling.layers import scale_offset_lr
 
 OPTIMIZERS = ("SGD", "ADAMW")  # SOLVER.OPTIMIZER (fcos_d2.config.add_solver_config)
 
@@ -49,34 +49,6 @@ def build_optimizer(cfg: CN, model: torch.nn.Module) -> torch.optim.Optimizer:
             fused=fused)
     optimizer.register_load_state_dict_post_hook(functools.partial(keep_kernel, fused=fused))
     return optimizer
-
-
-def scale_offset_lr(groups: List[dict], model: torch.nn.Module, factor: float) -> List[dict]:
-    """``groups`` with the parameters of every ``DeformConv2d``'s offset predictor moved to
-    groups of their own at ``factor`` x their lr (the rest unchanged; none moved at 1.0).
-
-    Zero-initialised offset convs under AdamW move by about the lr per step whatever their
-    gradient's size; at lr 1e-3 the NAS-FCOS offsets ended 2-6 feature pixels long on 4x4
-    and 8x8 maps (issue 62), sampling mostly outside them.
-
-    Raises:
-        ValueError: naming ``SOLVER.DEFORM_OFFSET_LR_FACTOR`` when it is negative.
-    """
-    if factor < 0:
-        raise ValueError(f"SOLVER.DEFORM_OFFSET_LR_FACTOR: at least 0 expected, got {factor}")
-    if factor == 1.0:
-        return groups
-    offsets = {id(p) for m in model.modules() if isinstance(m, DeformConv2d)
-               for p in m.offset.parameters()}
-    scaled = []
-    for group in groups:
-        moved = [p for p in group["params"] if id(p) in offsets]
-        kept = [p for p in group["params"] if id(p) not in offsets]
-        if kept:
-            scaled.append({**group, "params": kept})
-        if moved:
-            scaled.append({**group, "params": moved, "lr": group["lr"] * factor})
-    return scaled
 
 
 def keep_kernel(optimizer: torch.optim.Optimizer, *, fused: Optional[bool]) -> None:

@@ -7,7 +7,7 @@ bilinear sampling and a matrix product, several times faster there than torchvis
 kernel).
 """
 import math
-from typing import Optional
+from typing import List, Optional
 
 import torch
 from torch import Tensor, nn
@@ -95,6 +95,35 @@ class DeformConv2d(nn.Module):
         if self.activation is not None:
             x = self.activation(x)
         return x
+
+
+def scale_offset_lr(groups: List[dict], model: nn.Module, factor: float) -> List[dict]:
+    """``groups`` with the parameters of every ``DeformConv2d``'s offset predictor moved to
+    groups of their own at ``factor`` x their lr (the rest unchanged; none moved at 1.0).
+
+    Zero-initialised offset convs under AdamW move by about the lr per step whatever their
+    gradient's size; at lr 1e-3 the NAS-FCOS offsets ended 2-6 feature pixels long on 4x4
+    and 8x8 maps (issue 62), sampling mostly outside them.
+
+    Raises:
+        ValueError: naming ``SOLVER.DEFORM_OFFSET_LR_FACTOR`` (the key that sets it) when it
+            is negative.
+    """
+    if factor < 0:
+        raise ValueError(f"SOLVER.DEFORM_OFFSET_LR_FACTOR: at least 0 expected, got {factor}")
+    if factor == 1.0:
+        return groups
+    offsets = {id(p) for m in model.modules() if isinstance(m, DeformConv2d)
+               for p in m.offset.parameters()}
+    scaled = []
+    for group in groups:
+        moved = [p for p in group["params"] if id(p) in offsets]
+        kept = [p for p in group["params"] if id(p) not in offsets]
+        if kept:
+            scaled.append({**group, "params": kept})
+        if moved:
+            scaled.append({**group, "params": moved, "lr": group["lr"] * factor})
+    return scaled
 
 
 class SeparableConv2d(nn.Module):

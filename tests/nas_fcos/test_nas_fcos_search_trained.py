@@ -67,3 +67,28 @@ def test_a_checkpoint_that_does_not_fit_is_refused_naming_the_keys(trained_fcos,
     torch.save({"head.x": torch.zeros(1)}, tmp_path / "other.pth")
     with pytest.raises(ValueError, match=r"other.pth: no 'backbone.bottom_up.\*' entries"):
         load_bottom_up(target, str(tmp_path / "other.pth"))
+
+
+def test_the_proxy_moves_the_dcn_offsets_at_its_factor_of_the_lr(dataset, monkeypatch):
+    from fcos_d2.modeling.layers import DeformConv2d
+    from fcos_d2.modeling.nas_fcos.genotypes import PUBLISHED_FPN, PUBLISHED_HEAD
+
+    register_coco_instances("nas_offsets_tiny", {}, str(dataset / "annotations.json"),
+                            str(dataset / "images"))
+    cfg = _cfg("NAS-FCOS/search_on_recipe.yaml")
+    assert cfg.SOLVER.DEFORM_OFFSET_LR_FACTOR == 0.1  # as the designed rows train
+    cfg.merge_from_list(["MODEL.NAS_FCOS.CHANNELS", 32])
+    inputs = load_inputs(cfg, "nas_offsets_tiny", 0, 4)  # batches of 2: BN on P7's 1x1 map
+    proxy = ProxyTask(cfg, inputs[:2], inputs[2:], iterations=2, batch_size=2, lr=1e-2,
+                      offset_lr_factor=0.0)  # frozen offsets: they must not move
+    built = []
+    build = proxy.build_decoder
+    monkeypatch.setattr(proxy, "build_decoder", lambda *a: built.append(build(*a)) or built[-1])
+    proxy.reward(PUBLISHED_FPN, PUBLISHED_HEAD)
+    convs = [m for m in built[0].modules() if isinstance(m, DeformConv2d)]
+    assert len(convs) == 16
+    assert all(not m.offset.weight.any() and not m.offset.bias.any() for m in convs)
+    assert any(m.weight.grad is not None and m.weight.grad.any() for m in convs)
+    proxy.offset_lr_factor = 1.0  # at the lr they do move
+    proxy.reward(PUBLISHED_FPN, PUBLISHED_HEAD)
+    assert any(m.offset.weight.any() for m in built[1].modules() if isinstance(m, DeformConv2d))

@@ -91,7 +91,8 @@ def search(args: argparse.Namespace) -> Path:
     torch.manual_seed(args.seed)
     proxy = ProxyTask(cfg, train, val, iterations=args.proxy_iterations,
                       batch_size=args.batch_size, lr=args.lr,
-                      bottom_up_weights=args.bottom_up_weights)
+                      bottom_up_weights=args.bottom_up_weights,
+                      offset_lr_factor=cfg.SOLVER.DEFORM_OFFSET_LR_FACTOR)
     folder = Path(args.output)
     records = run_search(proxy, folder, fpn_samples=args.fpn_samples,
                          head_samples=args.head_samples, num_cells=args.num_cells,

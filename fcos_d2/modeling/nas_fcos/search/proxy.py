@@ -20,6 +20,7 @@ from torch import Tensor
 
 from ....checkpoint.parts import load_bottom_up
 from ...assignment import compute_locations
+from ...layers import scale_offset_lr
 from ..genotypes import FPNGenotype, HeadGenotype
 
 Batch = Tuple[Dict[str, Tensor], List[Instances]]
@@ -41,8 +42,10 @@ class ProxyTask:
     """Trains decoders of ``cfg`` (a NASFCOS config) on cached features of fixed images."""
 
     def __init__(self, cfg, train: Sequence[dict], val: Sequence[dict], *, iterations: int,
-                 batch_size: int, lr: float, bottom_up_weights: str = ""):
+                 batch_size: int, lr: float, bottom_up_weights: str = "",
+                 offset_lr_factor: float = 1.0):
         self.cfg, self.iterations, self.lr = cfg.clone(), iterations, lr
+        self.offset_lr_factor = offset_lr_factor  # the DCN offsets' lr: lr x this
         model = build_model(self.cfg).eval()
         self.bottom_up = model.backbone.bottom_up  # fixed: its init or a trained one
         if bottom_up_weights:
@@ -82,10 +85,12 @@ class ProxyTask:
         return model.losses(locations, instances, logits, regression, centerness)
 
     def reward(self, fpn: FPNGenotype, head: HeadGenotype, seed: int = 0) -> float:
-        """Minus the summed held-out losses after ``iterations`` AdamW steps."""
+        """Minus the summed held-out losses after ``iterations`` AdamW steps (deformable
+        convs' offset predictors at ``offset_lr_factor`` x the lr, as the rows train)."""
         torch.manual_seed(seed)
         model = self.build_decoder(fpn, head).train()
-        optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
+        groups = [{"params": [p for p in model.parameters() if p.requires_grad], "lr": self.lr}]
+        optimizer = torch.optim.AdamW(scale_offset_lr(groups, model, self.offset_lr_factor),
                                       lr=self.lr)
         with EventStorage():
             for step in range(self.iterations):
