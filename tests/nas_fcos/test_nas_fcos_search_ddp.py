@@ -121,7 +121,12 @@ def test_a_sample_reward_does_not_depend_on_the_worker(workers, dataset, tmp_pat
     nas_search.main(argv(tmp_path, 1, 1))  # one process: FPN sample 0, then head sample 0
     alone = json.loads((tmp_path / "search_records.json").read_text())
     parallel = json.loads((folder / "search" / "search_records.json").read_text())
-    assert alone[0] == parallel[0]  # same draw, same seeded proxy, same reward
+    # same draw, same seeded proxy, same reward: up to float rounding, which can differ
+    # between processes with other thread counts (it did under load: 5e-7 of 2.73)
+    assert alone[0].keys() == parallel[0].keys()
+    assert {k: v for k, v in alone[0].items() if k != "reward"} == \
+        {k: v for k, v in parallel[0].items() if k != "reward"}
+    assert alone[0]["reward"] == pytest.approx(parallel[0]["reward"], rel=1e-5, abs=0)
 
 
 def test_the_written_config_builds(workers):
