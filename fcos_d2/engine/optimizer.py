@@ -9,13 +9,14 @@ detectron2's ``SOLVER.CLIP_GRADIENTS``. SGD is detectron2's (``SOLVER.MOMENTUM``
 (mmcv's ``dcn_offset_lr_mult``).
 """
 import functools
+import logging
 from typing import List, Optional
 
 import torch
 from detectron2.config import CfgNode as CN
 from detectron2.solver.build import get_default_optimizer_params, maybe_add_gradient_clipping
 
-from ..modeling.layers import scale_offset_lr
+from ..modeling.layers import DeformConv2d, scale_offset_lr
 
 OPTIMIZERS = ("SGD", "ADAMW")  # SOLVER.OPTIMIZER (fcos_d2.config.add_solver_config)
 
@@ -33,6 +34,7 @@ def build_optimizer(cfg: CN, model: torch.nn.Module) -> torch.optim.Optimizer:
         model, base_lr=cfg.SOLVER.BASE_LR, weight_decay_norm=cfg.SOLVER.WEIGHT_DECAY_NORM,
         bias_lr_factor=cfg.SOLVER.BIAS_LR_FACTOR, weight_decay_bias=cfg.SOLVER.WEIGHT_DECAY_BIAS)
     params = scale_offset_lr(params, model, cfg.SOLVER.DEFORM_OFFSET_LR_FACTOR)
+    warn_full_lr_offsets(name, cfg.SOLVER.DEFORM_OFFSET_LR_FACTOR, model)
     # None, not False, without the fused kernel: torch then picks foreach where it can (CUDA)
     fused = True if use_fused_kernel(cfg, params) else None
     if name == "SGD":
@@ -49,6 +51,18 @@ def build_optimizer(cfg: CN, model: torch.nn.Module) -> torch.optim.Optimizer:
             fused=fused)
     optimizer.register_load_state_dict_post_hook(functools.partial(keep_kernel, fused=fused))
     return optimizer
+
+
+def warn_full_lr_offsets(name: str, factor: float, model: torch.nn.Module) -> None:
+    """A warning when AdamW trains deformable convs' offsets at the full lr: there they
+    outgrew small feature maps (issue 62: the published NAS-FCOS fell from 54.0 AP to
+    20.5)."""
+    if name == "ADAMW" and factor == 1.0 and any(
+            isinstance(m, DeformConv2d) for m in model.modules()):
+        logging.getLogger(__name__).warning(
+            "SOLVER.OPTIMIZER ADAMW trains the deformable convs' offsets at the full lr "
+            "(SOLVER.DEFORM_OFFSET_LR_FACTOR 1.0); 0.1 trained NAS-FCOS far better here "
+            "(configs/NAS-FCOS/README.md)")
 
 
 def keep_kernel(optimizer: torch.optim.Optimizer, *, fused: Optional[bool]) -> None:

@@ -198,3 +198,14 @@ def test_offset_lr_factor_survives_the_lr_schedule():
 def test_negative_offset_lr_factor_is_named():
     with pytest.raises(ValueError, match="SOLVER.DEFORM_OFFSET_LR_FACTOR"):
         build_optimizer(solver_cfg("SOLVER.DEFORM_OFFSET_LR_FACTOR", -0.1), deformable_model())
+
+
+def test_adamw_on_full_lr_offsets_warns_naming_the_key(caplog):
+    with caplog.at_level("WARNING", logger="fcos_d2.engine.optimizer"):
+        build_optimizer(solver_cfg("SOLVER.OPTIMIZER", "ADAMW"), deformable_model())
+        build_optimizer(solver_cfg("SOLVER.OPTIMIZER", "ADAMW"), tiny_model())  # no DCN
+        build_optimizer(solver_cfg("SOLVER.OPTIMIZER", "ADAMW",
+                                   "SOLVER.DEFORM_OFFSET_LR_FACTOR", 0.1), deformable_model())
+        build_optimizer(solver_cfg(), deformable_model())  # SGD's updates scale with grads
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "SOLVER.DEFORM_OFFSET_LR_FACTOR 1.0" in warnings[0]
