@@ -4,19 +4,25 @@ convs sample from their regular grid (issue 62's DCN diagnosis).
 For every ``DeformConv2d`` of the contender, over the first validation batches: the feature
 map it reads (H x W), the mean and the largest |offset| in feature pixels, the fraction of
 its samples that land outside the map (read as zeros) and the mean modulation mask. A
-conv whose offsets are as long as its map is wide samples mostly padding.
+conv whose offsets are as long as its map is wide samples mostly padding. Each run appends
+a record to ``benchmarks/results/dcn_offsets.jsonl``.
 
     python -m benchmarks.train_quality.offsets --contender 'nas-fcos fpn dcn' \\
         --weights 'output/train_quality_designed/runs/nas-fcos fpn dcn-0/model_final.pth'
 """
 import argparse
+import shlex
+import sys
 from typing import Dict, Iterable, List, Optional
 
 import torch
 from torch import Tensor, nn
 
+from benchmarks import records
 from fcos_d2.modeling.deform_sampling import tap_positions
 from fcos_d2.modeling.layers import DeformConv2d
+
+BENCHMARK = "dcn_offsets"  # benchmarks/results/dcn_offsets.jsonl
 
 
 def offset_statistics(conv: DeformConv2d, x: Tensor) -> Dict[str, float]:
@@ -102,6 +108,26 @@ def main(argv: Optional[List[str]] = None) -> None:
     if not stats:
         raise SystemExit(f"contender {args.contender!r} has no deformable conv")
     print(table(stats))
+    command = "python -m benchmarks.train_quality.offsets " + shlex.join(
+        sys.argv[1:] if argv is None else argv)
+    path = records.append_record(offsets_record(stats, args, command))
+    print(f"record appended to {path}")
+
+
+def offsets_record(stats: Dict[str, List[Dict[str, float]]], args, command: str) -> dict:
+    """The record of one measurement: every conv's statistics, averaged over the batches
+    (the largest offset: the largest seen)."""
+    convs = {}
+    for name, rows in stats.items():
+        mean = {key: sum(r[key] for r in rows) / len(rows)
+                for key in ("mean_abs_offset", "outside", "mask")}
+        convs[name] = {"map": [rows[0]["height"], rows[0]["width"]], **mean,
+                       "max_abs_offset": max(r["max_abs_offset"] for r in rows)}
+    return records.make_record(
+        BENCHMARK, command=command, seed=None, overrides=list(args.opts),
+        metrics={"convs": convs}, times={},
+        run={"contender": args.contender, "weights": str(args.weights),
+             "batches": args.batches})
 
 
 if __name__ == "__main__":

@@ -50,3 +50,20 @@ def test_collect_hooks_every_deformable_conv_and_removes_its_hooks():
     assert all(not m._forward_hooks for m in model)
     text = table(stats)
     assert "| `2` | 6x6 | 1.00 | 1.0 |" in text
+
+
+def test_the_record_holds_every_conv_averaged_over_batches():
+    from argparse import Namespace
+
+    from benchmarks.train_quality.offsets import offsets_record
+
+    model = nn.Sequential(conv_with_offset(2.0, 0.0))
+    stats = collect(model, [torch.randn(1, 4, 4, 4), torch.randn(1, 4, 4, 4)])
+    args = Namespace(opts=["MODEL.X", "1"], contender="c", weights="w.pth", batches=2)
+    record = offsets_record(stats, args, "python -m benchmarks.train_quality.offsets")
+    assert record["benchmark"] == "dcn_offsets" and record["overrides"] == ["MODEL.X", "1"]
+    conv = record["metrics"]["convs"]["0"]
+    assert conv["map"] == [4, 4]
+    assert conv["mean_abs_offset"] == pytest.approx(1.0)  # dy 2, dx 0
+    assert conv["max_abs_offset"] == pytest.approx(2.0)
+    assert record["run"] == {"contender": "c", "weights": "w.pth", "batches": 2}
