@@ -51,14 +51,20 @@ def offset_statistics(conv: DeformConv2d, x: Tensor) -> Dict[str, float]:
 
 def collect(model: nn.Module, batches: Iterable) -> Dict[str, List[Dict[str, float]]]:
     """``offset_statistics`` of every ``DeformConv2d`` in ``model`` on each of ``batches``
-    (run through ``model`` in eval mode), by module name."""
+    (run through ``model`` in eval mode), by module name and map size ("name @ HxW": a
+    head's convs run once a level)."""
     stats: Dict[str, List[Dict[str, float]]] = {}
     hooks = []
+
+    def record(name: str, conv: DeformConv2d, x: Tensor) -> None:
+        found = offset_statistics(conv, x)
+        key = f"{name} @ {found['height']}x{found['width']}"
+        stats.setdefault(key, []).append(found)
+
     for name, module in model.named_modules():
         if isinstance(module, DeformConv2d):
             hooks.append(module.register_forward_hook(
-                lambda m, inputs, _, name=name: stats.setdefault(name, []).append(
-                    offset_statistics(m, inputs[0]))))
+                lambda m, inputs, _, name=name: record(name, m, inputs[0])))
     model.eval()
     try:
         with torch.no_grad():

@@ -45,11 +45,13 @@ def test_dcn_v1_has_no_mask():
 def test_collect_hooks_every_deformable_conv_and_removes_its_hooks():
     model = nn.Sequential(conv_with_offset(0.0, 0.0), nn.ReLU(), conv_with_offset(1.0, 1.0))
     stats = collect(model, [torch.randn(1, 4, 6, 6), torch.randn(1, 4, 6, 6)])
-    assert sorted(stats) == ["0", "2"]
+    assert sorted(stats) == ["0 @ 6x6", "2 @ 6x6"]
     assert [len(rows) for rows in stats.values()] == [2, 2]
     assert all(not m._forward_hooks for m in model)
     text = table(stats)
-    assert "| `2` | 6x6 | 1.00 | 1.0 |" in text
+    assert "| `2 @ 6x6` | 6x6 | 1.00 | 1.0 |" in text
+    shared = collect(model[:1], [torch.randn(1, 4, 6, 6), torch.randn(1, 4, 3, 3)])
+    assert sorted(shared) == ["0 @ 3x3", "0 @ 6x6"]  # one conv on two levels: two rows
 
 
 def test_the_record_holds_every_conv_averaged_over_batches():
@@ -62,7 +64,7 @@ def test_the_record_holds_every_conv_averaged_over_batches():
     args = Namespace(opts=["MODEL.X", "1"], contender="c", weights="w.pth", batches=2)
     record = offsets_record(stats, args, "python -m benchmarks.train_quality.offsets")
     assert record["benchmark"] == "dcn_offsets" and record["overrides"] == ["MODEL.X", "1"]
-    conv = record["metrics"]["convs"]["0"]
+    conv = record["metrics"]["convs"]["0 @ 4x4"]
     assert conv["map"] == [4, 4]
     assert conv["mean_abs_offset"] == pytest.approx(1.0)  # dy 2, dx 0
     assert conv["max_abs_offset"] == pytest.approx(2.0)
