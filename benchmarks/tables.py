@@ -318,6 +318,30 @@ def mask_cap_table(numbered: Numbered) -> List[str]:
     return _table(["dataset", "settings", *MASK_CAP_SIZES, "commit", "CPU", "record"], rows)
 
 
+def dcn_offsets_table(numbered: Numbered) -> List[str]:
+    """One row per record, model part (a module path's first name) and map size: the mean
+    of its convs' mean |offset| and outside fraction, their largest |offset| and mean mask;
+    "trained with": the overrides the weights were trained with (the record's)."""
+    rows = []
+    for line, r in numbered:
+        parts: Dict[tuple, List[dict]] = OrderedDict()
+        for name, conv in sorted(r["metrics"]["convs"].items(),
+                                 key=lambda kv: (kv[0].split(".")[0], -kv[1]["map"][0])):
+            parts.setdefault((name.split(".")[0], "x".join(map(str, conv["map"]))), []).append(conv)
+        for (part, size), convs in parts.items():
+            rows.append([r["run"]["contender"], " ".join(r["overrides"]) or "none",
+                         "/".join(Path(r["run"]["weights"]).parts[-2:]), part, size, len(convs),
+                         f"{statistics.mean(c['mean_abs_offset'] for c in convs):.2f}",
+                         f"{max(c['max_abs_offset'] for c in convs):.1f}",
+                         f"{statistics.mean(c['outside'] for c in convs):.0%}",
+                         f"{statistics.mean(c['mask'] for c in convs):.2f}",
+                         *_provenance([(line, r)])])
+    return _table(["contender", "trained with", "weights", "part", "map", "convs",
+                   "mean abs offset (px)",
+                   "largest (px)", "samples outside the map", "mask", "commit", "CPU",
+                   "record"], rows)
+
+
 # benchmark -> (title, table of its numbered records); others get generic_table
 TABLES: Dict[str, Tuple[str, Callable[[Numbered], List[str]]]] = {
     "train_quality": ("Training quality on small data (python -m benchmarks.train_quality)",
@@ -332,6 +356,8 @@ TABLES: Dict[str, Tuple[str, Callable[[Numbered], List[str]]]] = {
                        size_breakdown_table),
     "mask_cap": ("SipMask's mask AP cap with perfect boxes and masks "
                  "(python tools/mask_resolution_bound.py --record)", mask_cap_table),
+    "dcn_offsets": ("How far deformable convs sample (python -m "
+                    "benchmarks.train_quality.offsets)", dcn_offsets_table),
 }
 
 

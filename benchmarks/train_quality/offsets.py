@@ -96,7 +96,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--contender", required=True, help="a train_quality contender name")
     parser.add_argument("--weights", required=True, help="its trained model_final.pth")
     parser.add_argument("--batches", type=int, default=4, help="validation batches to read")
-    parser.add_argument("opts", nargs=argparse.REMAINDER, help="config overrides")
+    parser.add_argument("opts", nargs=argparse.REMAINDER,
+                        help="the config overrides the weights were trained with (recorded)")
     args = parser.parse_args(argv)
     from itertools import islice
 
