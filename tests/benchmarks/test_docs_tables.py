@@ -166,3 +166,25 @@ def test_mask_cap_rows_are_per_record_and_settings(tmp_path):
                          f"84.5 | aaaaaaa | {cpu} | 1 |")
     assert lines[-1] == ("| synthetic_masks_val | defaults | 81.0 | - | - | - | 93.5 | - | "
                          f"aaaaaaa | {cpu} | 1 |")
+
+
+def test_dcn_offsets_rows_are_per_record_part_and_map_largest_first(tmp_path):
+    def conv(size, offset, outside, largest):
+        return {"map": [size, size], "mean_abs_offset": offset, "outside": outside,
+                "mask": 0.5, "max_abs_offset": largest}
+
+    convs = {"backbone.cells.0.ops.0 @ 4x4": conv(4, 1.0, 0.5, 3.0),
+             "backbone.cells.1.ops.0 @ 4x4": conv(4, 3.0, 0.7, 9.0),
+             "backbone.cells.2.ops.0 @ 16x16": conv(16, 0.2, 0.1, 1.0),
+             "head.cls_shared.0 @ 2x2": conv(2, 0.5, 0.9, 2.0)}
+    path = _write(tmp_path / "dcn_offsets.jsonl", [
+        _record("dcn_offsets", overrides=["SOLVER.DEFORM_OFFSET_LR_FACTOR", "0.1"],
+                metrics={"convs": convs},
+                run={"contender": "nas", "weights": "/x/runs/nas-0/model_final.pth"})])
+    rows = [line for line in tables.generate(path).splitlines() if line.startswith("| nas |")]
+    cells = [row.split(" | ")[1:10] for row in rows]
+    trained = "SOLVER.DEFORM_OFFSET_LR_FACTOR 0.1"
+    assert cells == [
+        [trained, "nas-0/model_final.pth", "backbone", "16x16", "1", "0.20", "1.0", "10%", "0.50"],
+        [trained, "nas-0/model_final.pth", "backbone", "4x4", "2", "2.00", "9.0", "60%", "0.50"],
+        [trained, "nas-0/model_final.pth", "head", "2x2", "1", "0.50", "2.0", "90%", "0.50"]]
