@@ -178,8 +178,12 @@ def family_doc(records_dir: Path) -> Optional[str]:
         "rows as designed (family_designed.py: two-cell FAD, NAS-FCOS with its DCNs) train "
         "on the recipe as shipped (AdamW, bf16 autocast): FAD on the recipe's P2-P4 "
         f"(res2-res4), read against {FCOS_HEAD}; NAS-FCOS on its own P3-P7 (res2-res5), "
-        f"read against {FCOS_P3_P7}, FCOS on the same levels. Cost records pair with runs "
-        "of their era: records with the recipe's digest with runs that have one.", "",
+        f"read against {FCOS_P3_P7}, FCOS on the same levels. Rows named offset-lr-0.1, and "
+        "the searched and random DCN rows, train the deformable convs' offset predictors at "
+        "0.1x the lr (SOLVER.DEFORM_OFFSET_LR_FACTOR); the DCN rows without it keep the base "
+        "lr, at which the offsets outgrew the maps (docs/results/dcn_offsets.md). Cost "
+        "records pair with runs of their era: records with the recipe's digest with runs "
+        "that have one.", "",
         *family_table(quality, costs), *sections]) + "\n"
 
 
