@@ -46,7 +46,8 @@ FAD_RANDOM_TWO = {f"fad random-{k} two-cell": k for k in range(1, 7)}  # random_
 # The recipe's solver and precision on NAS-FCOS's own levels (P3-P7, ranges [32, 64, 128, 256])
 NAS_PROTOCOL = P3_P7
 # ... with the deformable convs' offset predictors at 0.1x the lr: at AdamW's lr the offsets
-# grew 2-7 feature pixels long on 4x4 and 8x8 maps, 54-91% of samples in the padding
+# grew 3-7.5 feature pixels long on average on 4x4 and 8x8 maps, 74-87% of samples in the
+# padding (docs/results/dcn_offsets.md)
 OFFSET_LR = ["SOLVER.DEFORM_OFFSET_LR_FACTOR", 0.1]
 NAS_DCN_PROTOCOL = [*P3_P7, *OFFSET_LR]
 FAD_PROTOCOL: List = []  # the recipe as shipped (P2-P4)

@@ -30,13 +30,11 @@ def offset_statistics(conv: DeformConv2d, x: Tensor) -> Dict[str, float]:
     mean and largest |offset| (feature pixels), the fraction of samples outside the map,
     the mean mask (1.0 for DCNv1)."""
     with torch.no_grad():
-        raw = conv.offset(x).float()  # (N, per_tap * G * K, Ho, Wo)
-    n, channels, ho, wo = raw.shape
-    per_tap = 3 if conv.modulated else 2
+        offset, mask = conv.predict_offsets(x)  # (N, G * K * 2, Ho, Wo), (N, G * K, ...)
+    n, channels, ho, wo = offset.shape
     k = conv.weight.shape[-2] * conv.weight.shape[-1]
-    groups = channels // (per_tap * k)
-    offset = raw[:, :2 * groups * k].view(n, groups, k, 2, ho, wo)
-    mask = raw[:, 2 * groups * k:].sigmoid() if conv.modulated else torch.ones(1)
+    offset = offset.float().view(n, channels // (2 * k), k, 2, ho, wo)  # (N, G, K, 2, ...)
+    mask = torch.ones(1) if mask is None else mask.float()
     base_y, base_x = tap_positions(conv.weight.shape[-2:], (ho, wo), conv.stride,
                                     conv.padding, conv.dilation, x.device)
     y = base_y + offset[:, :, :, 0]  # (N, G, K, Ho, Wo) sampling rows
@@ -76,18 +74,27 @@ def collect(model: nn.Module, batches: Iterable) -> Dict[str, List[Dict[str, flo
     return stats
 
 
-def table(stats: Dict[str, List[Dict[str, float]]]) -> str:
-    """One markdown row per conv: its map, the batches' mean |offset|, largest |offset|,
-    fraction outside and mask."""
-    lines = ["| deformable conv | map | mean abs offset (px) | largest (px) | outside | mask |",
-             "| --- | --- | --- | --- | --- | --- |"]
+def summarise(stats: Dict[str, List[Dict[str, float]]]) -> Dict[str, Dict]:
+    """Each conv's statistics over the batches: its map, the means of its mean |offset|,
+    outside fraction and mask, and the largest |offset| seen."""
+    convs = {}
     for name, rows in stats.items():
         mean = {key: sum(r[key] for r in rows) / len(rows)
                 for key in ("mean_abs_offset", "outside", "mask")}
-        largest = max(r["max_abs_offset"] for r in rows)
-        lines.append(f"| `{name}` | {rows[0]['height']}x{rows[0]['width']} | "
-                     f"{mean['mean_abs_offset']:.2f} | {largest:.1f} | "
-                     f"{mean['outside']:.0%} | {mean['mask']:.2f} |")
+        convs[name] = {"map": [rows[0]["height"], rows[0]["width"]], **mean,
+                       "max_abs_offset": max(r["max_abs_offset"] for r in rows)}
+    return convs
+
+
+def table(stats: Dict[str, List[Dict[str, float]]]) -> str:
+    """One markdown row per conv (``summarise``): its map, mean |offset|, largest |offset|,
+    fraction outside and mask."""
+    lines = ["| deformable conv | map | mean abs offset (px) | largest (px) | outside | mask |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for name, conv in summarise(stats).items():
+        lines.append(f"| `{name}` | {conv['map'][0]}x{conv['map'][1]} | "
+                     f"{conv['mean_abs_offset']:.2f} | {conv['max_abs_offset']:.1f} | "
+                     f"{conv['outside']:.0%} | {conv['mask']:.2f} |")
     return "\n".join(lines)
 
 
@@ -122,17 +129,10 @@ def main(argv: Optional[List[str]] = None) -> None:
 
 
 def offsets_record(stats: Dict[str, List[Dict[str, float]]], args, command: str) -> dict:
-    """The record of one measurement: every conv's statistics, averaged over the batches
-    (the largest offset: the largest seen)."""
-    convs = {}
-    for name, rows in stats.items():
-        mean = {key: sum(r[key] for r in rows) / len(rows)
-                for key in ("mean_abs_offset", "outside", "mask")}
-        convs[name] = {"map": [rows[0]["height"], rows[0]["width"]], **mean,
-                       "max_abs_offset": max(r["max_abs_offset"] for r in rows)}
+    """The record of one measurement: every conv's ``summarise``d statistics."""
     return records.make_record(
         BENCHMARK, command=command, seed=None, overrides=list(args.opts),
-        metrics={"convs": convs}, times={},
+        metrics={"convs": summarise(stats)}, times={},
         run={"contender": args.contender, "weights": str(args.weights),
              "batches": args.batches})
 
