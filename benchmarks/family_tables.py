@@ -11,10 +11,10 @@ from typing import Dict, List, Optional, Tuple
 from benchmarks.records import REPO, read_numbered_records, score
 from benchmarks.table_cells import commit as _commit, cpu as _cpu, joined as _joined
 from benchmarks.table_cells import mean_std as _mean_std, row as _row
-from benchmarks.train_quality.equal_time import SCHEDULE_KEYS
 from benchmarks.train_quality.family import FAMILY_ORDER as MEMBER_ORDER
 from benchmarks.train_quality.family import FCOS_HEAD, RETINANET
-from benchmarks.train_quality.family_designed import DESIGNED_ORDER, FCOS_P3_P7, reference_of
+from benchmarks.train_quality.family_designed import (DESIGNED_ORDER, FCOS_P3_P7, counted_as,
+                                                      reference_of)
 
 # The references, then each member's rows (family.py's, then the rows as designed)
 FAMILY_ORDER = [*MEMBER_ORDER, *(n for n in DESIGNED_ORDER if n not in MEMBER_ORDER)]
@@ -50,21 +50,18 @@ def equal_flops_reading(ap: float, gflops: float, ref_ap: Optional[float],
     return f"{ratio:.2f}x FCOS's GFLOPs, {ap - ref_ap:+.1f} AP: {verdict}"
 
 
-def _schedule_only(record: dict) -> bool:
-    keys = record["overrides"][0::2]
-    return all(k in SCHEDULE_KEYS for k in keys)
-
-
 def _runs_of(quality: Numbered, name: str, iterations: Optional[int]) -> Numbered:
-    """`name`'s ok runs of the shapes regime: without overrides (`iterations` None) or with
-    schedule overrides only and `iterations` iterations done."""
+    """`name`'s ok runs of the shapes regime: without overrides (`iterations` None) or
+    counted as `name` with schedule overrides only (``counted_as``) and `iterations`
+    iterations done."""
     def chosen(record):
         if iterations is None:
-            return not record["overrides"]
-        return _schedule_only(record) and record["run"].get("iterations") == iterations
+            return record["run"].get("contender") == name and not record["overrides"]
+        return (counted_as(record) == (name, ())
+                and record["run"].get("iterations") == iterations)
 
-    return [(n, r) for n, r in quality if r["run"].get("contender") == name
-            and r["run"].get("regime", "shapes") == "shapes" and chosen(r)
+    return [(n, r) for n, r in quality if chosen(r)
+            and r["run"].get("regime", "shapes") == "shapes"
             and r["run"].get("status", "ok") == "ok"]
 
 
@@ -78,6 +75,11 @@ def _cost_of(costs: Numbered, name: str, runs: Numbered) -> Numbered:
         digested = any("recipe" in r for _, r in runs)
         mine = [(n, r) for n, r in mine if ("recipe" in r) == digested]
     return mine[-1:]
+
+
+def _trained(quality: Numbered, name: str) -> bool:
+    """Whether `name` has a run in `quality` at any schedule."""
+    return any(counted_as(r)[0] == name for _, r in quality)
 
 
 def _costs_only_row(name: str, cost: Tuple[int, dict]) -> List[str]:
@@ -102,7 +104,7 @@ def family_rows(quality: Numbered, costs: Numbered,
         runs = _runs_of(quality, name, iterations)
         cost = _cost_of(costs, name, runs)
         if not runs:
-            if cost and iterations is None:
+            if cost and iterations is None and not _trained(quality, name):
                 rows.append(_costs_only_row(name, cost[0]))
             continue
         aps = [score(r["metrics"]["AP"]) for _, r in runs]
@@ -146,8 +148,8 @@ def longer_schedules(quality: Numbered) -> List[int]:
     or another reference) ran with schedule overrides only: a table each."""
     members = set(FAMILY_ORDER) - set(REFERENCES)
     return sorted({r["run"]["iterations"] for _, r in quality
-                   if r["run"].get("contender") in members and r["overrides"]
-                   and _schedule_only(r) and "iterations" in r["run"]})
+                   if r["overrides"] and counted_as(r)[0] in members and not counted_as(r)[1]
+                   and "iterations" in r["run"]})
 
 
 def family_doc(records_dir: Path) -> Optional[str]:
@@ -181,7 +183,9 @@ def family_doc(records_dir: Path) -> Optional[str]:
         f"read against {FCOS_P3_P7}, FCOS on the same levels. Rows named offset-lr-0.1, and "
         "the searched and random DCN rows, train the deformable convs' offset predictors at "
         "0.1x the lr (SOLVER.DEFORM_OFFSET_LR_FACTOR); the DCN rows without it keep the base "
-        "lr, at which the offsets outgrew the maps (docs/results/dcn_offsets.md). Cost "
+        "lr, at which the offsets outgrew the maps (docs/results/dcn_offsets.md); a run "
+        "of one with SOLVER.DEFORM_OFFSET_LR_FACTOR 0.1 on its command line counts as its "
+        "offset-lr-0.1 row, whose config is the same. Cost "
         "records pair with runs of their era: records with the recipe's digest with runs "
         "that have one.", "",
         *family_table(quality, costs), *sections]) + "\n"

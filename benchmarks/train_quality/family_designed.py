@@ -31,10 +31,14 @@ convs), these keep what the authors train:
   recipe's trained bottom-up (``genotypes/nas_fcos_searched_trained.yaml``, written by the
   command of configs/NAS-FCOS/README.md), and genotypes drawn uniformly from the space;
   their offsets at 0.1x the lr too.
+
+A run of a base-lr DCN row with ``OFFSET_LR`` on its command line (the seed-0 pilots) is a
+run of its ``offset-lr-0.1`` row: the two configs are equal (``counted_as``; tested).
 """
 from typing import Dict, List, Tuple
 
 from benchmarks.train_quality.contenders import P3_P7, Contender, FcosD2Contender
+from benchmarks.train_quality.equal_time import other_than_schedule
 from benchmarks.train_quality.family import (CPU_FPN_GENOTYPE, CPU_HEAD_GENOTYPE,
                                              FCOS_HEAD, NASFCOSContender, fad_overrides,
                                              fad_random_overrides, _published_fpn,
@@ -92,6 +96,16 @@ DESIGNED_ORDER = [FCOS_P3_P7, *OFFSET_LR_ROWS, *MAIN_ROWS, NAS_SEARCHED_DCN,
 def reference_of(name: str) -> str:
     """The FCOS row that `name` is read against: FCOS on the same levels and solver."""
     return FCOS_P3_P7 if name in NAS_DESIGNED else FCOS_HEAD
+
+
+def counted_as(record: dict) -> Tuple[str, Tuple[str, ...]]:
+    """(row, overrides other than the schedule's) that a train_quality record counts for:
+    a base-lr DCN row run with ``OFFSET_LR`` on its command line is a run of its
+    ``OFFSET_LR_ROWS`` row, whose config is the same; any other run counts for its own."""
+    name, rest = record["run"].get("contender"), other_than_schedule(record["overrides"])
+    if name in OFFSET_LR_ROWS and rest == tuple(str(v) for v in OFFSET_LR):
+        return OFFSET_LR_ROWS[name], ()
+    return name, rest
 
 
 def nas_random_genotype(seed: int, num_cells: int = 7, head_layers: int = 6

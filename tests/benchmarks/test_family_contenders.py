@@ -186,6 +186,13 @@ def test_a_contender_with_costs_but_no_run_gets_its_costs_alone():
     (row,) = family_tables.family_rows([], list(enumerate(costs, 1)))
     assert row[0] == f"{family.NAS_HEAD_DCN} (not trained)" and row[1:7] == [""] * 6
     assert row[7:10] == ["1.00", "0.500", "7.0"] and row[-1] == "; 1"
+    longer = {**_record("train_quality", 0, {"AP": 5.0, "AP50": 5.0}, {},
+                        {"contender": family.NAS_HEAD_DCN, "iterations": 4200}),
+              "overrides": ["SOLVER.MAX_ITER", "4200"]}
+    # trained at another schedule: that schedule's table has it, this one leaves it out
+    assert family_tables.family_rows([(1, longer)], list(enumerate(costs, 1))) == []
+    (row,) = family_tables.family_rows([(1, longer)], list(enumerate(costs, 1)), 4200)
+    assert row[0] == family.NAS_HEAD_DCN and row[2] == "5.0 / n/a"
 
 
 def test_equal_flops_reading_compares_ap_only_up_to_the_tolerance():

@@ -112,6 +112,28 @@ def test_the_offset_lr_rows_change_only_the_offsets_lr():
         assert catalog.contender_cfg(name, 0, "unused").SOLVER.DEFORM_OFFSET_LR_FACTOR == 0.1
 
 
+def test_a_base_row_run_with_the_offset_lr_on_its_command_line_counts_as_the_offset_lr_row():
+    schedule = ["SOLVER.MAX_ITER", "4200", "SOLVER.STEPS", "(3500,)"]
+    factor = [str(v) for v in designed.OFFSET_LR]  # as a record stores the command line
+
+    def record(name, overrides):
+        return {"overrides": overrides, "run": {"contender": name}}
+
+    for base, slow in designed.OFFSET_LR_ROWS.items():
+        # the same config, so that the pilot's AP is the row's
+        assert catalog.contender_cfg(base, 0, "unused", factor) == \
+            catalog.contender_cfg(slow, 0, "unused"), base
+        assert designed.counted_as(record(base, schedule + factor)) == (slow, ())
+        other = ["SOLVER.DEFORM_OFFSET_LR_FACTOR", "0.2"]
+        assert designed.counted_as(record(base, schedule + other)) == (base, tuple(other))
+        assert designed.counted_as(record(base, schedule)) == (base, ())
+    published = designed.NAS_HEAD_DCN_CTR_CLS  # another row with the factor stays itself
+    assert designed.counted_as(record(designed.FCOS_P3_P7, factor)) == \
+        (designed.FCOS_P3_P7, tuple(factor))
+    assert designed.counted_as(record(designed.OFFSET_LR_ROWS[published], schedule)) == \
+        (designed.OFFSET_LR_ROWS[published], ())
+
+
 def test_the_equal_flops_row_is_the_widest_published_model_within_the_tolerance():
     from benchmarks.family_tables import EQUAL_FLOPS_TOLERANCE
     import torch

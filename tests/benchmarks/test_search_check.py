@@ -56,9 +56,34 @@ def test_tau_lines_pair_rewards_with_trained_ap_and_judge_the_target():
                for n, r in (("a", -1.0), ("b", -2.0), ("c", -3.0), ("a", -4.0))]  # a's latest
     quality = [_run("a", 0, 1.0), _run("b", 0, 3.0), _run("c", 0, 2.0)]
     lines = search_check.tau_lines(quality, rewards, "fad", 4800)
-    # rewards b > c > a against AP b > c > a: tau 1
-    assert lines[-1] == "Kendall tau over 3 architectures: 1.00 (target 0.4: met)"
+    # rewards b > c > a against AP b > c > a: tau 1, but 3 architectures decide nothing
+    assert lines[-1] == ("Kendall tau over 3 architectures: 1.00 (target 0.4: not decided: "
+                         "3 of the 8 architectures needed)")
     assert search_check.tau_lines(quality, rewards, "nas-fcos", 4800)[-1].startswith("tau: needs")
+    names = [f"r{k}" for k in range(8)]  # reward k against AP: 7 pairs swapped of 28
+    eight = [{"metrics": {"reward": float(k)}, "run": {"contender": n, "member": "fad"}}
+             for k, n in enumerate(names)]
+    aps = [1.0, 0.0, 3.0, 2.0, 5.0, 4.0, 7.0, 6.0]  # 4 discordant pairs: (28 - 8) / 28
+    trained = [_run(n, 0, ap) for n, ap in zip(names, aps)]
+    assert search_check.tau_lines(trained, eight, "fad", 4800)[-1] == \
+        "Kendall tau over 8 architectures: 0.71 (target 0.4: met)"
+    reversed_aps = [_run(n, 0, -ap) for n, ap in zip(names, aps)]
+    assert search_check.tau_lines(reversed_aps, eight, "fad", 4800)[-1].endswith("missed)")
+
+
+def test_the_mean_ap_reads_schedule_only_runs_and_the_offset_lr_pilots():
+    from benchmarks.train_quality.family_designed import NAS_FPN_DCN, OFFSET_LR_ROWS
+
+    schedule = ["SOLVER.MAX_ITER", "4200"]
+    pilot = {**_run(NAS_FPN_DCN, 0, 50.0, 4200),
+             "overrides": schedule + ["SOLVER.DEFORM_OFFSET_LR_FACTOR", "0.1"]}
+    fp32 = {**_run(NAS_FPN_DCN, 1, 10.0, 4200), "overrides": schedule + ["MODEL.DTYPE", "fp32"]}
+    quality = [pilot, fp32, _run(NAS_FPN_DCN, 2, 20.0, 4200),
+               _run(OFFSET_LR_ROWS[NAS_FPN_DCN], 1, 52.0, 4200)]
+    slow = search_check.mean_ap(quality, OFFSET_LR_ROWS[NAS_FPN_DCN], 4200)
+    assert slow["seeds"] == [0, 1] and slow["ap"] == 51.0
+    base = search_check.mean_ap(quality, NAS_FPN_DCN, 4200)  # neither the pilot nor fp32
+    assert base["seeds"] == [2] and base["ap"] == 20.0
 
 
 def test_the_comparison_command_trains_the_searched_and_random_rows_at_3_seeds():
