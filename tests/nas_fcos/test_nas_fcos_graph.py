@@ -64,6 +64,18 @@ def test_a_hand_written_genotype_builds_the_graph_it_describes():
         torch.testing.assert_close(out[name], torch.full_like(out[name], value))
 
 
+def test_native_strides_follow_each_output_cell_to_its_finest_input():
+    # as above: P3 = f7 (C4 + C4: 16), P4 = f6 (C5 + C5: 32), P5 = f5 (C3 + C2: 4)
+    genotype = parse_fpn_genotype([[3, 2, "skip_connect", "skip_connect", "psum"],
+                                   [1, 0, "skip_connect", "skip_connect", "psum"],
+                                   [3, 3, "skip_connect", "skip_connect", "psum"],
+                                   [2, 2, "skip_connect", "skip_connect", "psum"]])
+    assert genotype.native_strides() == [16, 32, 4]
+    assert genotype.native_strides((2, 4, 8, 16)) == [8, 16, 2]
+    # the published FPN computes P3 and P4 at stride 8 (f10 = f7 + C4, f9 = f4 + f7, f7 reads C3)
+    assert PUBLISHED_FPN.native_strides() == [8, 8, 32]
+
+
 def test_published_fpn_has_its_cells_deformable_ops_and_grouped_cat():
     fpn = _fpn(PUBLISHED_FPN, identity_adapters=False)
     assert [cell.inputs for cell in fpn.cells] == [(3, 3), (3, 3), (4, 3), (1, 3), (5, 3),

@@ -44,6 +44,16 @@ class FPNGenotype:
         read = {index for cell in self.cells for index in cell.inputs}
         return [NUM_INPUTS + i for i in range(len(self.cells)) if NUM_INPUTS + i not in read]
 
+    def native_strides(self, input_strides: Sequence[int] = (4, 8, 16, 32)) -> List[int]:
+        """The strides at which P3, P4 and P5 are computed before the FPN resizes them to
+        C3-C5's (8, 16, 32 on a ResNet): a cell works at the finer of its inputs' strides
+        (``input_strides``: C2-C5's), so that a P3 made at 16 is upsampled and a P5 made at
+        8 is subsampled by bilinear interpolation."""
+        strides = list(input_strides)
+        for cell in self.cells:
+            strides.append(min(strides[i] for i in cell.inputs))
+        return [strides[i] for i in self.unused()[-3:]][::-1]
+
     def describe(self) -> str:
         """One line per output, e.g. ``P5 = f8 + f6``."""
         unused = self.unused()
