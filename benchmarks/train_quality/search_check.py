@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 from benchmarks import records
 from benchmarks.records import REPO, score
@@ -116,14 +116,17 @@ def training_command(searched: str, iterations: int, steps: int, warmup: int) ->
             f"SOLVER.STEPS '({steps},)' SOLVER.WARMUP_ITERS {warmup}")
 
 
-def tau_lines(quality: List[dict], rewards: List[dict], member: str,
-              iterations: int) -> List[str]:
-    """Each contender with a reward of `member` and trained runs, then the tau."""
+def tau_lines(quality: List[dict], rewards: List[dict], member: str, iterations: int,
+              describe: Optional[Callable[[str], str]] = None) -> List[str]:
+    """Each contender with a reward of `member` and trained runs (its name, reward, mean AP,
+    seeds and, with `describe`, a last cell of ``describe(name)``), then the tau."""
     latest = {r["run"]["contender"]: r["metrics"]["reward"] for r in rewards
               if r["run"].get("member") == member}
     pairs = [(name, reward, mean_ap(quality, name, iterations)) for name, reward in latest.items()]
-    pairs = [(n, reward, ap["ap"]) for n, reward, ap in pairs if ap]
-    lines = [f"| {n} | {reward:.4f} | {ap:.1f} |" for n, reward, ap in pairs]
+    pairs = [(n, reward, ap) for n, reward, ap in pairs if ap]
+    lines = [f"| {n} | {reward:.4f} | {ap['ap']:.1f} | {', '.join(map(str, ap['seeds']))} |"
+             + (f" {describe(n)} |" if describe else "") for n, reward, ap in pairs]
+    pairs = [(n, reward, ap["ap"]) for n, reward, ap in pairs]
     if len(pairs) < 2:
         return lines + [f"tau: needs >= 2 {member} contenders with a reward and runs at "
                         f"{iterations} iterations ({TAU_ARCHITECTURES} to decide)"]
@@ -134,6 +137,17 @@ def tau_lines(quality: List[dict], rewards: List[dict], member: str,
         verdict = "met" if tau >= TAU_TARGET else "missed"
     return lines + [f"Kendall tau over {len(pairs)} architectures: {tau:.2f} (target "
                     f"{TAU_TARGET}: {verdict})"]
+
+
+def nas_output_strides(name: str) -> str:
+    """The strides at which `name`'s FPN computes P3, P4 and P5 (``native_strides``), e.g.
+    "P3-P5 at 8, 8, 32"."""
+    from benchmarks.train_quality import catalog
+    from fcos_d2.modeling.nas_fcos.genotypes import parse_fpn_genotype
+
+    cfg = catalog.contender_cfg(name, 0, "unused")
+    strides = parse_fpn_genotype(cfg.MODEL.NAS_FCOS.FPN_GENOTYPE).native_strides()
+    return "P3-P5 at " + ", ".join(map(str, strides))
 
 
 def nas_rewards(names: Sequence[str], args) -> Dict[str, float]:
@@ -249,8 +263,11 @@ def main(argv: Optional[List[str]] = None) -> None:
                 run={"contender": name, "member": args.member}))
             print(f"{name}: reward {reward:.4f}")
     elif args.command == "tau":
+        import fcos_d2  # noqa: F401  (before detectron2)
+
+        describe = nas_output_strides if args.member == "nas-fcos" else None
         print("\n".join(tau_lines(read("train_quality"), read(PROXY_BENCHMARK), args.member,
-                                  args.iterations)))
+                                  args.iterations, describe)))
     elif args.command == "compare":
         if args.print_command:
             steps, warmup = args.iterations * 5 // 6, args.iterations // 12

@@ -59,6 +59,10 @@ def test_tau_lines_pair_rewards_with_trained_ap_and_judge_the_target():
                for n, r in (("a", -1.0), ("b", -2.0), ("c", -3.0), ("a", -4.0))]  # a's latest
     quality = [_run("a", 0, 1.0), _run("b", 0, 3.0), _run("c", 0, 2.0)]
     lines = search_check.tau_lines(quality, rewards, "fad", 4800)
+    assert lines[:3] == ["| a | -4.0000 | 1.0 | 0 |", "| b | -2.0000 | 3.0 | 0 |",
+                         "| c | -3.0000 | 2.0 | 0 |"]
+    described = search_check.tau_lines(quality, rewards, "fad", 4800, lambda n: n.upper())
+    assert described[0] == "| a | -4.0000 | 1.0 | 0 | A |"
     # rewards b > c > a against AP b > c > a: tau 1, but 3 architectures decide nothing
     assert lines[-1] == ("Kendall tau over 3 architectures: 1.00 (target 0.4: not decided: "
                          "3 of the 8 architectures needed)")
@@ -87,6 +91,17 @@ def test_the_mean_ap_reads_schedule_only_runs_and_the_offset_lr_pilots():
     assert slow["seeds"] == [0, 1] and slow["ap"] == 51.0
     base = search_check.mean_ap(quality, NAS_FPN_DCN, 4200)  # neither the pilot nor fp32
     assert base["seeds"] == [2] and base["ap"] == 20.0
+
+
+def test_the_nas_rows_output_strides_come_from_their_genotypes():
+    from benchmarks.train_quality.family_designed import (NAS_HEAD_DCN_CTR_CLS, NAS_RANDOM_DCN,
+                                                          nas_random_genotype)
+    from fcos_d2.modeling.nas_fcos.genotypes import parse_fpn_genotype
+
+    assert search_check.nas_output_strides(NAS_HEAD_DCN_CTR_CLS) == "P3-P5 at 8, 8, 32"
+    name, seed = next(iter(NAS_RANDOM_DCN.items()))
+    drawn = parse_fpn_genotype(nas_random_genotype(seed)[0]).native_strides()
+    assert search_check.nas_output_strides(name) == "P3-P5 at " + ", ".join(map(str, drawn))
 
 
 def test_the_comparison_command_trains_the_searched_and_random_rows_at_3_seeds():
