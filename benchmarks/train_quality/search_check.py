@@ -139,15 +139,18 @@ def tau_lines(quality: List[dict], rewards: List[dict], member: str, iterations:
                     f"{TAU_TARGET}: {verdict})"]
 
 
-def nas_output_strides(name: str) -> str:
-    """The strides at which `name`'s FPN computes P3, P4 and P5 (``native_strides``), e.g.
-    "P3-P5 at 8, 8, 32"."""
+def nas_architecture(name: str) -> str:
+    """The strides at which `name`'s FPN computes P3, P4 and P5 (``native_strides``) and its
+    deformable convs in the FPN and the head, e.g. "P3-P5 at 8, 8, 32; DCNs 12 + 2"."""
     from benchmarks.train_quality import catalog
     from fcos_d2.modeling.nas_fcos.genotypes import parse_fpn_genotype
 
-    cfg = catalog.contender_cfg(name, 0, "unused")
-    strides = parse_fpn_genotype(cfg.MODEL.NAS_FCOS.FPN_GENOTYPE).native_strides()
-    return "P3-P5 at " + ", ".join(map(str, strides))
+    node = catalog.contender_cfg(name, 0, "unused").MODEL.NAS_FCOS
+    fpn = parse_fpn_genotype(node.FPN_GENOTYPE)
+    fpn_dcns = sum(op == "def_conv_3x3" for cell in fpn.cells for op in cell.ops)
+    head_dcns = sum(op == "def_conv_3x3" for op in node.HEAD_GENOTYPE)
+    return (f"P3-P5 at {', '.join(map(str, fpn.native_strides()))}; "
+            f"DCNs {fpn_dcns} + {head_dcns}")
 
 
 def nas_rewards(names: Sequence[str], args) -> Dict[str, float]:
@@ -265,7 +268,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     elif args.command == "tau":
         import fcos_d2  # noqa: F401  (before detectron2)
 
-        describe = nas_output_strides if args.member == "nas-fcos" else None
+        describe = nas_architecture if args.member == "nas-fcos" else None
         print("\n".join(tau_lines(read("train_quality"), read(PROXY_BENCHMARK), args.member,
                                   args.iterations, describe)))
     elif args.command == "compare":

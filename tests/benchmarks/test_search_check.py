@@ -93,15 +93,19 @@ def test_the_mean_ap_reads_schedule_only_runs_and_the_offset_lr_pilots():
     assert base["seeds"] == [2] and base["ap"] == 20.0
 
 
-def test_the_nas_rows_output_strides_come_from_their_genotypes():
+def test_the_nas_rows_architecture_reads_their_strides_and_dcns_from_their_genotypes():
     from benchmarks.train_quality.family_designed import (NAS_HEAD_DCN_CTR_CLS, NAS_RANDOM_DCN,
                                                           nas_random_genotype)
     from fcos_d2.modeling.nas_fcos.genotypes import parse_fpn_genotype
 
-    assert search_check.nas_output_strides(NAS_HEAD_DCN_CTR_CLS) == "P3-P5 at 8, 8, 32"
+    # the published FPN: 12 DCNs (its 7 cells but 2 skips); its head: 2
+    assert search_check.nas_architecture(NAS_HEAD_DCN_CTR_CLS) == "P3-P5 at 8, 8, 32; DCNs 12 + 2"
     name, seed = next(iter(NAS_RANDOM_DCN.items()))
-    drawn = parse_fpn_genotype(nas_random_genotype(seed)[0]).native_strides()
-    assert search_check.nas_output_strides(name) == "P3-P5 at " + ", ".join(map(str, drawn))
+    fpn, head, _ = nas_random_genotype(seed)
+    strides = parse_fpn_genotype(fpn).native_strides()
+    dcns = sum(op == "def_conv_3x3" for cell in fpn for op in cell[2:4])
+    assert search_check.nas_architecture(name) == (
+        f"P3-P5 at {', '.join(map(str, strides))}; DCNs {dcns} + {head.count('def_conv_3x3')}")
 
 
 def test_the_comparison_command_trains_the_searched_and_random_rows_at_3_seeds():
