@@ -68,15 +68,34 @@ def timed_inference(models: Dict[str, object], inputs: List[Dict], runs: int) ->
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+def _register_once(cfg) -> None:
+    """Registers the protocol's datasets unless `cfg`'s test set already is."""
+    from detectron2.data import DatasetCatalog
+
+    if cfg.DATASETS.TEST[0] not in DatasetCatalog.list():
+        protocol.register_datasets()
+
+
+def contender_gflops(name: str) -> float:
+    """`name`'s GFLOPs as ``measure`` counts them (random weights, the first validation
+    image): a count, which no load on the machine changes."""
+    import torch
+
+    cfg = contender_cfg(name, 0, "unused")
+    _register_once(cfg)
+    torch.manual_seed(0)
+    return gflops(build_contender(name, cfg).eval(), first_val_image(cfg))
+
+
 def measure(names: List[str], runs: int, threads: int) -> Dict[str, Dict[str, float]]:
     """{contender: {"params_M", "gflops", "latency_ms"}} for `names`, on `threads` threads."""
     import torch
 
     torch.set_num_threads(threads)
-    protocol.register_datasets()
     models, inputs, costs = {}, None, {}
     for name in names:
         cfg = contender_cfg(name, 0, "unused")
+        _register_once(cfg)
         torch.manual_seed(0)
         models[name] = build_contender(name, cfg).eval()
         inputs = inputs or first_val_image(cfg)

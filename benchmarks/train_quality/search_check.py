@@ -117,26 +117,36 @@ def training_command(searched: str, iterations: int, steps: int, warmup: int) ->
 
 
 def tau_lines(quality: List[dict], rewards: List[dict], member: str, iterations: int,
-              describe: Optional[Callable[[str], str]] = None) -> List[str]:
+              describe: Optional[Callable[[str], str]] = None,
+              flops: Optional[Callable[[str], float]] = None) -> List[str]:
     """Each contender with a reward of `member` and trained runs (its name, reward, mean AP,
-    seeds and, with `describe`, a last cell of ``describe(name)``), then the tau."""
+    seeds and, with `describe`, a cell of ``describe(name)``; with `flops`, one of its
+    GFLOPs), then the tau and, with `flops`, the tau of the GFLOPs as a reward (a ranking
+    that needs no search to set the proxy's against)."""
     latest = {r["run"]["contender"]: r["metrics"]["reward"] for r in rewards
               if r["run"].get("member") == member}
     pairs = [(name, reward, mean_ap(quality, name, iterations)) for name, reward in latest.items()]
     pairs = [(n, reward, ap) for n, reward, ap in pairs if ap]
+    costs = {n: flops(n) for n, _, _ in pairs} if flops else {}
     lines = [f"| {n} | {reward:.4f} | {ap['ap']:.1f} | {', '.join(map(str, ap['seeds']))} |"
-             + (f" {describe(n)} |" if describe else "") for n, reward, ap in pairs]
+             + (f" {describe(n)} |" if describe else "")
+             + (f" {costs[n]:.3f} |" if flops else "") for n, reward, ap in pairs]
     pairs = [(n, reward, ap["ap"]) for n, reward, ap in pairs]
     if len(pairs) < 2:
         return lines + [f"tau: needs >= 2 {member} contenders with a reward and runs at "
                         f"{iterations} iterations ({TAU_ARCHITECTURES} to decide)"]
-    tau = kendall_tau([p[1] for p in pairs], [p[2] for p in pairs])
+    aps = [p[2] for p in pairs]
+    tau = kendall_tau([p[1] for p in pairs], aps)
     if len(pairs) < TAU_ARCHITECTURES:
         verdict = f"not decided: {len(pairs)} of the {TAU_ARCHITECTURES} architectures needed"
     else:
         verdict = "met" if tau >= TAU_TARGET else "missed"
-    return lines + [f"Kendall tau over {len(pairs)} architectures: {tau:.2f} (target "
-                    f"{TAU_TARGET}: {verdict})"]
+    lines.append(f"Kendall tau over {len(pairs)} architectures: {tau:.2f} (target "
+                 f"{TAU_TARGET}: {verdict})")
+    if flops:
+        by_cost = kendall_tau([costs[p[0]] for p in pairs], aps)
+        lines.append(f"GFLOPs as the reward: Kendall tau {by_cost:.2f}")
+    return lines
 
 
 def nas_architecture(name: str) -> str:
@@ -268,9 +278,11 @@ def main(argv: Optional[List[str]] = None) -> None:
     elif args.command == "tau":
         import fcos_d2  # noqa: F401  (before detectron2)
 
+        from benchmarks.train_quality.family_costs import contender_gflops
+
         describe = nas_architecture if args.member == "nas-fcos" else None
         print("\n".join(tau_lines(read("train_quality"), read(PROXY_BENCHMARK), args.member,
-                                  args.iterations, describe)))
+                                  args.iterations, describe, contender_gflops)))
     elif args.command == "compare":
         if args.print_command:
             steps, warmup = args.iterations * 5 // 6, args.iterations // 12

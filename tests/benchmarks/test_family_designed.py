@@ -156,3 +156,18 @@ def test_the_equal_flops_row_is_the_widest_published_model_within_the_tolerance(
     narrow.defrost()
     narrow.MODEL.NAS_FCOS.CHANNELS = published.MODEL.NAS_FCOS.CHANNELS
     assert narrow == published  # one thing: the width
+
+
+def test_a_contenders_gflops_are_the_cost_benchmarks_count():
+    from benchmarks.train_quality import family_costs
+
+    name = designed.FCOS_P3_P7
+    import torch
+
+    counted, threads = family_costs.contender_gflops(name), torch.get_num_threads()
+    try:
+        measured = family_costs.measure([name], runs=1, threads=1)[name]["gflops"]
+    finally:
+        torch.set_num_threads(threads)
+    assert counted == measured == family_costs.contender_gflops(name)  # registered once
+    assert 0.9 < measured < 1.2  # 1.060 in the cost records (family_costs.jsonl)

@@ -61,8 +61,11 @@ def test_tau_lines_pair_rewards_with_trained_ap_and_judge_the_target():
     lines = search_check.tau_lines(quality, rewards, "fad", 4800)
     assert lines[:3] == ["| a | -4.0000 | 1.0 | 0 |", "| b | -2.0000 | 3.0 | 0 |",
                          "| c | -3.0000 | 2.0 | 0 |"]
-    described = search_check.tau_lines(quality, rewards, "fad", 4800, lambda n: n.upper())
-    assert described[0] == "| a | -4.0000 | 1.0 | 0 | A |"
+    described = search_check.tau_lines(quality, rewards, "fad", 4800, lambda n: n.upper(),
+                                       {"a": 3.0, "b": 2.0, "c": 1.0}.get)
+    assert described[0] == "| a | -4.0000 | 1.0 | 0 | A | 3.000 |"
+    # GFLOPs a > b > c against AP b > c > a: pairs a-b, a-c discordant, b-c concordant
+    assert described[-1] == "GFLOPs as the reward: Kendall tau -0.33"
     # rewards b > c > a against AP b > c > a: tau 1, but 3 architectures decide nothing
     assert lines[-1] == ("Kendall tau over 3 architectures: 1.00 (target 0.4: not decided: "
                          "3 of the 8 architectures needed)")
