@@ -99,6 +99,9 @@ def compare(quality: List[dict], searched: str, randoms: Sequence[str],
     done = [rows[n]["ap"] for n in randoms if rows[n]]
     if not rows[searched] or len(done) < 4:
         return lines + [f"not decided: needs runs of {searched} and of >= 4 random rows"]
+    if len(rows[searched]["seeds"]) < 2:
+        return lines + [f"not decided: {searched} has one seed, so no std to beat the random "
+                        f"mean by ({rows[searched]['ap'] - statistics.mean(done):+.1f} AP)"]
     margin, std = rows[searched]["ap"] - statistics.mean(done), rows[searched]["std"]
     verdict = "beats" if margin > std else "does not beat"
     short = [n for n, r in rows.items() if r and len(r["seeds"]) < COMPARE_SEEDS]

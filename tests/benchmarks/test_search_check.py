@@ -48,6 +48,10 @@ def test_the_searched_row_beats_random_only_by_more_than_its_seeds_std():
     one_seed = [r for r in quality if r["run"]["contender"] != randoms[1] or r["seed"] == 0]
     assert search_check.compare(one_seed, FAD_SEARCHED_TWO, randoms, 4800)[-1].endswith(
         f"std 2.0 (provisional: {randoms[1]} at fewer than 3 seeds)")
+    single = [r for r in quality if r["run"]["contender"] != FAD_SEARCHED_TWO or r["seed"] == 0]
+    assert search_check.compare(single, FAD_SEARCHED_TWO, randoms, 4800)[-1] == (
+        f"not decided: {FAD_SEARCHED_TWO} has one seed, so no std to beat the random mean by "
+        "(+1.0 AP)")
     close = [_run(FAD_SEARCHED_TWO, s, ap) for s, ap in ((0, 8.0), (1, 12.0))] + quality[3:]
     assert "does not beat" in search_check.compare(close, FAD_SEARCHED_TWO, randoms, 4800)[-1]
     assert search_check.compare(quality[:4], FAD_SEARCHED_TWO, randoms, 4800)[-1].startswith(
