@@ -147,9 +147,9 @@ def longer_schedules(quality: Numbered) -> List[int]:
     """The iteration counts, other than the protocol's, at which a member (not FCOS's head
     or another reference) ran with schedule overrides only: a table each."""
     members = set(FAMILY_ORDER) - set(REFERENCES)
-    return sorted({r["run"]["iterations"] for _, r in quality
-                   if r["overrides"] and counted_as(r)[0] in members and not counted_as(r)[1]
-                   and "iterations" in r["run"]})
+    counted = [(counted_as(r), r) for _, r in quality if r["overrides"]]
+    return sorted({r["run"]["iterations"] for (name, rest), r in counted
+                   if name in members and not rest and "iterations" in r["run"]})
 
 
 def family_doc(records_dir: Path) -> Optional[str]:
