@@ -93,7 +93,7 @@ def compare(quality: List[dict], searched: str, randoms: Sequence[str],
     """The comparison's lines: the searched row and each random row (mean AP over seeds),
     then the verdict (searched mean - random mean against the searched seeds' std)."""
     rows = {name: mean_ap(quality, name, iterations) for name in [searched, *randoms]}
-    lines = [f"| {name} | {', '.join(map(str, r['seeds']))} | {r['ap']:.1f} / {r['std']:.1f} |"
+    lines = [f"| {name} | {', '.join(map(str, r['seeds']))} | {r['ap']:.1f} / {_std(r)} |"
              if r else f"| {name} | - | no runs at {iterations} iterations |"
              for name, r in rows.items()]
     done = [rows[n]["ap"] for n in randoms if rows[n]]
@@ -110,6 +110,11 @@ def compare(quality: List[dict], searched: str, randoms: Sequence[str],
     return lines + [f"{searched} {verdict} the mean of {len(done)} random genotypes "
                     f"({statistics.mean(done):.1f} AP) by more than its seeds' std: "
                     f"{margin:+.1f} AP against std {std:.1f}{caveat}"]
+
+
+def _std(row: dict) -> str:
+    """A row's seeds' std, or "-" for one seed (no std)."""
+    return f"{row['std']:.1f}" if len(row["seeds"]) > 1 else "-"
 
 
 def training_command(searched: str, iterations: int, steps: int, warmup: int) -> str:

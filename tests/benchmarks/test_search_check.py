@@ -46,8 +46,10 @@ def test_the_searched_row_beats_random_only_by_more_than_its_seeds_std():
     assert lines[-1].startswith(f"{FAD_SEARCHED_TWO} beats the mean of 4 random")
     assert lines[-1].endswith("+3.0 AP against std 2.0")
     one_seed = [r for r in quality if r["run"]["contender"] != randoms[1] or r["seed"] == 0]
-    assert search_check.compare(one_seed, FAD_SEARCHED_TWO, randoms, 4800)[-1].endswith(
+    one_seed_lines = search_check.compare(one_seed, FAD_SEARCHED_TWO, randoms, 4800)
+    assert one_seed_lines[-1].endswith(
         f"std 2.0 (provisional: {randoms[1]} at fewer than 3 seeds)")
+    assert one_seed_lines[2] == f"| {randoms[1]} | 0 | 9.0 / - |"  # one seed: no std
     single = [r for r in quality if r["run"]["contender"] != FAD_SEARCHED_TWO or r["seed"] == 0]
     assert search_check.compare(single, FAD_SEARCHED_TWO, randoms, 4800)[-1] == (
         f"not decided: {FAD_SEARCHED_TWO} has one seed, so no std to beat the random mean by "
