@@ -9,10 +9,12 @@ FPN makes P3-P7, so its rows run on the recipe's solver at P3-P7 (``NAS_PROTOCOL
 On top of ``family.py``'s rows (one FAD cell a tower; NAS-FCOS without its deformable
 convs), these keep what the authors train:
 
-- ``fad paper two-cell`` (and ``fad searched two-cell``, ``fad random-k two-cell``): FAD's
-  two cells a tower. 64 channels an edge, as ``family.py``'s FAD rows, so that the row
-  changes the cells only: FAD's ratio (96 of 256) would give 48 at the recipe's 128, which
-  GroupNorm(32) cannot split.
+- ``fad paper two-cell`` (and ``fad searched two-cell``, ``fad searched-trained two-cell``,
+  ``fad random-k two-cell``): FAD's two cells a tower. 64 channels an edge, as
+  ``family.py``'s FAD rows, so that the row changes the cells only: FAD's ratio (96 of
+  256) would give 48 at the recipe's 128, which GroupNorm(32) cannot split.
+  ``searched-trained`` is the genotype of FAD's search at these levels (P2-P4) from a
+  trained recipe (``genotypes/fad_searched_trained.yaml``; its command: configs/FAD/README.md).
 - ``nas-fcos fpn dcn``: the published FPN with its 12 deformable convs under FCOS's head;
   ``nas-fcos fpn+head dcn centerness-on-reg``: with the published head (4 more DCNs),
   centerness on its regression tower as FCOS's recipe predicts it, so that from ``fpn
@@ -46,6 +48,8 @@ from benchmarks.train_quality.family import (CPU_FPN_GENOTYPE, CPU_HEAD_GENOTYPE
 
 FAD_TWO_CELLS = 2  # FAD's cells a tower (MODEL.FAD.NUM_CELLS_BOX / CLS)
 FAD_PAPER_TWO, FAD_SEARCHED_TWO = "fad paper two-cell", "fad searched two-cell"
+FAD_SEARCHED_TRAINED_TWO = "fad searched-trained two-cell"
+FAD_SEARCHED_TRAINED_FILE = "fad_searched_trained.yaml"
 FAD_RANDOM_TWO = {f"fad random-{k} two-cell": k for k in range(1, 7)}  # random_genotype seed
 # The recipe's solver and precision on NAS-FCOS's own levels (P3-P7, ranges [32, 64, 128, 256])
 NAS_PROTOCOL = P3_P7
@@ -78,7 +82,8 @@ SEARCHED_TRAINED_FILE = "nas_fcos_searched_trained.yaml"
 # to the proxy check (>= 8 a space) only
 SEARCH_COMPARISONS: Dict[str, List[str]] = {
     NAS_SEARCHED_TRAINED: list(NAS_RANDOM_DCN)[:4], NAS_SEARCHED_DCN: list(NAS_RANDOM_DCN)[:4],
-    FAD_SEARCHED_TWO: list(FAD_RANDOM_TWO)[:4]}
+    FAD_SEARCHED_TWO: list(FAD_RANDOM_TWO)[:4],
+    FAD_SEARCHED_TRAINED_TWO: list(FAD_RANDOM_TWO)[:4]}
 # The references of --contenders designed: FCOS on the recipe's levels and on NAS-FCOS's
 REFERENCES = [FCOS_HEAD, FCOS_P3_P7]
 # The rows of --contenders designed (the references are added first): the members as designed
@@ -90,7 +95,8 @@ NAS_DESIGNED = [NAS_FPN_DCN, NAS_HEAD_DCN_CTR_CLS, NAS_HEAD_DCN_CTR_REG,
 # The tables' order: the DCN rows at the base offset lr, the main rows, then the searched and
 # random ones
 DESIGNED_ORDER = [FCOS_P3_P7, *OFFSET_LR_ROWS, *MAIN_ROWS, NAS_SEARCHED_DCN,
-                  NAS_SEARCHED_TRAINED, *NAS_RANDOM_DCN, FAD_SEARCHED_TWO, *FAD_RANDOM_TWO]
+                  NAS_SEARCHED_TRAINED, *NAS_RANDOM_DCN, FAD_SEARCHED_TWO,
+                  FAD_SEARCHED_TRAINED_TWO, *FAD_RANDOM_TWO]
 
 
 def reference_of(name: str) -> str:
@@ -162,10 +168,11 @@ def designed_contenders() -> List[Contender]:
         nas(NAS_SEARCHED_TRAINED, genotype_file=SEARCHED_TRAINED_FILE, dcn=True),
         *(RandomNASContender(name, seed) for name, seed in NAS_RANDOM_DCN.items())]
     fad = [FcosD2Contender(FAD_PAPER_TWO, fad_overrides(cells=FAD_TWO_CELLS,
-                                                        protocol=FAD_PROTOCOL)),
-           FcosD2Contender(FAD_SEARCHED_TWO, fad_overrides(
-               ["MODEL.FAD.GENOTYPE_FILE", str(GENOTYPES / "fad_searched.log")],
-               cells=FAD_TWO_CELLS, protocol=FAD_PROTOCOL))]
+                                                        protocol=FAD_PROTOCOL))]
+    fad += [FcosD2Contender(name, fad_overrides(["MODEL.FAD.GENOTYPE_FILE", str(GENOTYPES / file)],
+                                                cells=FAD_TWO_CELLS, protocol=FAD_PROTOCOL))
+            for name, file in ((FAD_SEARCHED_TWO, "fad_searched.log"),
+                               (FAD_SEARCHED_TRAINED_TWO, FAD_SEARCHED_TRAINED_FILE))]
     fad += [FcosD2Contender(name, fad_random_overrides(seed, FAD_TWO_CELLS, FAD_PROTOCOL))
             for name, seed in FAD_RANDOM_TWO.items()]
     return [*nas_rows, *fad]
