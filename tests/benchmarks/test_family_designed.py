@@ -12,6 +12,7 @@ from fcos_d2.modeling.layers import DeformConv2d
 # and configs/FAD/README.md state them beside the table
 # on the recipe's res2-res4 trunk; head 1.50 M (one cell: 0.76 M)
 FAD_PAPER_TWO_CELL_PARAMS = 4_788_174
+FAD_SEARCHED_TRAINED_PARAMS = 5_500_110  # head 2.22 M: the search picked deeper operations
 NAS_DCN_PARAMS = 15_295_536  # FPN 2.94 M, head 1.18 M, 16 DCNs
 
 
@@ -44,6 +45,7 @@ def test_the_searched_fad_rows_build_their_genotype_files_two_cells_a_tower():
         assert fad_genotypes(cfg) == {"box": box, "cls": cls}, name
         model = build_model(cfg)
         assert len(model.head.box_tower.cells) == len(model.head.cls_tower.cells) == 2, name
+    assert _params(model) == FAD_SEARCHED_TRAINED_PARAMS
 
 
 def test_the_dcn_nas_fcos_row_builds_its_16_deformable_convs_with_the_stated_parameters():
