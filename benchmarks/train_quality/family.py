@@ -46,6 +46,7 @@ NAS_GENOTYPE_FILES = {NAS_SEARCHED: "nas_fcos_searched.yaml",
                       "nas-fcos random-1": "nas_fcos_random1.yaml",
                       "nas-fcos random-2": "nas_fcos_random2.yaml"}
 FAD_PAPER, FAD_SEARCHED = "fad paper", "fad searched"
+FAD_SEARCHED_FILE = "fad_searched.log"  # genotypes/: the tiny search's genotypes
 FAD_RANDOM = {"fad random-1": 1, "fad random-2": 2}  # name -> random_genotype's seed
 RETINANET = "detectron2 retinanet"
 # The tables' order: the references, then each member's rows
@@ -199,7 +200,7 @@ def family_contenders() -> List[Contender]:
             for name, file in NAS_GENOTYPE_FILES.items()]
     fad = [FcosD2Contender(FAD_PAPER, fad_overrides()),
            FcosD2Contender(FAD_SEARCHED, fad_overrides(
-               ["MODEL.FAD.GENOTYPE_FILE", str(GENOTYPES / "fad_searched.log")]))]
+               ["MODEL.FAD.GENOTYPE_FILE", str(GENOTYPES / FAD_SEARCHED_FILE)]))]
     fad += [FcosD2Contender(name, fad_random_overrides(seed)) for name, seed in FAD_RANDOM.items()]
     return [*nas, *fad, RetinaNetContender(RETINANET)]
 

@@ -42,9 +42,9 @@ from typing import Dict, List, Tuple
 from benchmarks.train_quality.contenders import P3_P7, Contender, FcosD2Contender
 from benchmarks.train_quality.equal_time import other_than_schedule
 from benchmarks.train_quality.family import (CPU_FPN_GENOTYPE, CPU_HEAD_GENOTYPE,
-                                             FCOS_HEAD, NASFCOSContender, fad_overrides,
-                                             fad_random_overrides, _published_fpn,
-                                             _published_head)
+                                             FAD_SEARCHED_FILE, FCOS_HEAD, NASFCOSContender,
+                                             fad_overrides, fad_random_overrides,
+                                             _published_fpn, _published_head)
 
 FAD_TWO_CELLS = 2  # FAD's cells a tower (MODEL.FAD.NUM_CELLS_BOX / CLS)
 FAD_PAPER_TWO, FAD_SEARCHED_TWO = "fad paper two-cell", "fad searched two-cell"
@@ -171,7 +171,7 @@ def designed_contenders() -> List[Contender]:
                                                         protocol=FAD_PROTOCOL))]
     fad += [FcosD2Contender(name, fad_overrides(["MODEL.FAD.GENOTYPE_FILE", str(GENOTYPES / file)],
                                                 cells=FAD_TWO_CELLS, protocol=FAD_PROTOCOL))
-            for name, file in ((FAD_SEARCHED_TWO, "fad_searched.log"),
+            for name, file in ((FAD_SEARCHED_TWO, FAD_SEARCHED_FILE),
                                (FAD_SEARCHED_TRAINED_TWO, FAD_SEARCHED_TRAINED_FILE))]
     fad += [FcosD2Contender(name, fad_random_overrides(seed, FAD_TWO_CELLS, FAD_PROTOCOL))
             for name, seed in FAD_RANDOM_TWO.items()]

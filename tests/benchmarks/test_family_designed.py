@@ -38,14 +38,14 @@ def test_the_searched_fad_rows_build_their_genotype_files_two_cells_a_tower():
     from fcos_d2.modeling.fad.config import fad_genotypes
     from fcos_d2.modeling.fad.genotypes import read_genotype_file
 
-    for name, file in ((designed.FAD_SEARCHED_TWO, "fad_searched.log"),
+    for name, file in ((designed.FAD_SEARCHED_TWO, family.FAD_SEARCHED_FILE),
                        (designed.FAD_SEARCHED_TRAINED_TWO, designed.FAD_SEARCHED_TRAINED_FILE)):
         cfg = catalog.contender_cfg(name, 0, "unused")
         box, cls = read_genotype_file(family.GENOTYPES / file)
         assert fad_genotypes(cfg) == {"box": box, "cls": cls}, name
         model = build_model(cfg)
         assert len(model.head.box_tower.cells) == len(model.head.cls_tower.cells) == 2, name
-    assert _params(model) == FAD_SEARCHED_TRAINED_PARAMS
+    assert _params(model) == FAD_SEARCHED_TRAINED_PARAMS  # the last row: searched-trained
 
 
 def test_the_dcn_nas_fcos_row_builds_its_16_deformable_convs_with_the_stated_parameters():
