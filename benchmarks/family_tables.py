@@ -11,6 +11,7 @@ from typing import Dict, List, Optional, Tuple
 from benchmarks.records import REPO, read_numbered_records, score
 from benchmarks.table_cells import commit as _commit, cpu as _cpu, joined as _joined
 from benchmarks.table_cells import mean_std as _mean_std, row as _row
+from benchmarks.table_cells import NO_BF16_NOTE, mixes_cpu_kinds, seeds_cell
 from benchmarks.train_quality.family import FAMILY_ORDER as MEMBER_ORDER
 from benchmarks.train_quality.family import FCOS_HEAD, RETINANET
 from benchmarks.train_quality.family_designed import (DESIGNED_ORDER, FCOS_P3_P7, counted_as,
@@ -65,6 +66,13 @@ def _runs_of(quality: Numbered, name: str, iterations: Optional[int]) -> Numbere
             and r["run"].get("status", "ok") == "ok"]
 
 
+def _mixed(quality: Numbered, iterations: Optional[int]) -> bool:
+    """Whether the table's runs (every family row's ``_runs_of``) come from CPUs of both
+    kinds, with and without native bf16."""
+    return mixes_cpu_kinds(r for name in FAMILY_ORDER
+                           for _, r in _runs_of(quality, name, iterations))
+
+
 def _cost_of(costs: Numbered, name: str, runs: Numbered) -> Numbered:
     """`name`'s latest cost record of its runs' era: with a recipe digest when the runs have
     one (the recipe as shipped), without when they have none (before digests, issue 60's
@@ -98,8 +106,11 @@ def _mean_or_blank(values: List[float], digits: int) -> str:
 def family_rows(quality: Numbered, costs: Numbered,
                 iterations: Optional[int] = None) -> List[List[str]]:
     """One row per family contender with runs (``_runs_of``: AP over seeds, seconds per
-    iteration and of training) and its latest cost record, with the equal-FLOPs reading."""
+    iteration and of training) and its latest cost record, with the equal-FLOPs reading;
+    where the rows' runs come from CPUs of both kinds, the seeds from one without native
+    bf16 are marked (``seeds_cell``)."""
     rows, references = [], {}
+    mark = _mixed(quality, iterations)
     for name in FAMILY_ORDER:
         runs = _runs_of(quality, name, iterations)
         cost = _cost_of(costs, name, runs)
@@ -122,7 +133,8 @@ def family_rows(quality: Numbered, costs: Numbered,
                                           reference.get("gflops")) if metrics else ""
         rows.append([
             name + (f" (no detection with seed {', '.join(empty)}: AP 0)" if empty else ""),
-            _joined(r["seed"] for _, r in sorted(runs, key=lambda x: x[1]["seed"])),
+            _joined(seeds_cell([(r["seed"], r)], mark)
+                    for _, r in sorted(runs, key=lambda x: x[1]["seed"])),
             _mean_std(aps), f"{min(aps):.1f}-{max(aps):.1f}",
             f"{statistics.mean(score(r['metrics']['AP50']) for _, r in runs):.1f}",
             _mean_or_blank([t["seconds_per_iteration"] for t in times
@@ -138,9 +150,11 @@ def family_rows(quality: Numbered, costs: Numbered,
 
 def family_table(quality: Numbered, costs: Numbered,
                  iterations: Optional[int] = None) -> List[str]:
-    """The markdown lines of the table (header and rows)."""
+    """The markdown lines of the table (header and rows), then the mark's note where the
+    rows' runs come from CPUs of both kinds."""
     return [_row(HEADER), _row(["---"] * len(HEADER)),
-            *(_row(r) for r in family_rows(quality, costs, iterations))]
+            *(_row(r) for r in family_rows(quality, costs, iterations)),
+            *(["", NO_BF16_NOTE] if _mixed(quality, iterations) else [])]
 
 
 def longer_schedules(quality: Numbered) -> List[int]:

@@ -30,6 +30,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from benchmarks import records
 from benchmarks.records import REPO, score
+from benchmarks.table_cells import NO_BF16_NOTE, mixes_cpu_kinds, native_bf16, seeds_cell
 from benchmarks.train_quality.family_designed import SEARCH_COMPARISONS, counted_as
 
 PROXY_BENCHMARK = "search_proxy"  # benchmarks/results/search_proxy.jsonl
@@ -37,6 +38,12 @@ SPEEDUP_BENCHMARK = "search_speedup"  # benchmarks/results/search_speedup.jsonl
 TAU_TARGET = 0.4
 COMPARE_SEEDS = 3  # issue 62: the searched and each random row at 3 seeds
 TAU_ARCHITECTURES = 8  # issue 62: the tau is read over at least 8 trained architectures
+# --cpu: which runs count, by whether their CPU computes bf16 natively (issue 62's targets
+# are read on one with it; a CPU without it trains the recipe in float32)
+CPU_KINDS: Dict[str, Callable[[dict], bool]] = {
+    "all": lambda record: True,
+    "native-bf16": lambda record: native_bf16(record) is True,
+    "without-bf16": lambda record: native_bf16(record) is False}
 
 
 def kendall_tau(x: Sequence[float], y: Sequence[float]) -> float:
@@ -73,29 +80,39 @@ def fad_genotype_score(genotypes: Dict[str, object], mixing: Dict[str, list]) ->
     return total
 
 
-def mean_ap(quality: List[dict], name: str, iterations: int) -> Optional[Dict]:
-    """{"ap": mean, "std", "seeds", "aps"} of the ok shapes runs counted as `name` with
-    schedule overrides only (``counted_as``) at `iterations`, or None without runs; a
-    seed's latest run counts."""
-    aps = {r["seed"]: score(r["metrics"]["AP"]) for r in quality
-           if counted_as(r) == (name, ()) and r["run"].get("iterations") == iterations
-           and r["run"].get("regime", "shapes") == "shapes"
-           and r["run"].get("status", "ok") == "ok"}
-    if not aps:
+def mean_ap(quality: List[dict], name: str, iterations: int,
+            cpu: str = "all") -> Optional[Dict]:
+    """{"ap": mean, "std", "seeds", "aps", "runs": [(seed, record)]} of the ok shapes runs
+    counted as `name` with schedule overrides only (``counted_as``) at `iterations`, from
+    CPUs of the kind `cpu` (``CPU_KINDS``), or None without runs; a seed's latest run counts."""
+    latest = {r["seed"]: r for r in quality
+              if counted_as(r) == (name, ()) and r["run"].get("iterations") == iterations
+              and r["run"].get("regime", "shapes") == "shapes"
+              and r["run"].get("status", "ok") == "ok" and CPU_KINDS[cpu](r)}
+    if not latest:
         return None
-    values = [aps[s] for s in sorted(aps)]
-    return {"ap": statistics.mean(values), "aps": values, "seeds": sorted(aps),
+    seeds = sorted(latest)
+    values = [score(latest[s]["metrics"]["AP"]) for s in seeds]
+    return {"ap": statistics.mean(values), "aps": values, "seeds": seeds,
+            "runs": [(s, latest[s]) for s in seeds],
             "std": statistics.stdev(values) if len(values) > 1 else float("nan")}
 
 
+def _mixed(rows) -> bool:
+    """Whether the runs of `rows` (``mean_ap``'s, or None) come from both CPU kinds."""
+    return mixes_cpu_kinds(r for row in rows if row for _, r in row["runs"])
+
+
 def compare(quality: List[dict], searched: str, randoms: Sequence[str],
-            iterations: int) -> List[str]:
-    """The comparison's lines: the searched row and each random row (mean AP over seeds),
-    then the verdict (searched mean - random mean against the searched seeds' std)."""
-    rows = {name: mean_ap(quality, name, iterations) for name in [searched, *randoms]}
-    lines = [f"| {name} | {', '.join(map(str, r['seeds']))} | {r['ap']:.1f} / {_std(r)} |"
+            iterations: int, cpu: str = "all") -> List[str]:
+    """The comparison's lines: the searched row and each random row (mean AP over seeds;
+    seeds from a CPU without native bf16 marked where both kinds appear, with the mark's
+    note), then the verdict (searched mean - random mean against the searched seeds' std)."""
+    rows = {name: mean_ap(quality, name, iterations, cpu) for name in [searched, *randoms]}
+    mark = _mixed(rows.values())
+    lines = [f"| {name} | {seeds_cell(r['runs'], mark)} | {r['ap']:.1f} / {_std(r)} |"
              if r else f"| {name} | - | no runs at {iterations} iterations |"
-             for name, r in rows.items()]
+             for name, r in rows.items()] + ([NO_BF16_NOTE] if mark else [])
     done = [rows[n]["ap"] for n in randoms if rows[n]]
     if not rows[searched] or len(done) < 4:
         return lines + [f"not decided: needs runs of {searched} and of >= 4 random rows"]
@@ -106,7 +123,7 @@ def compare(quality: List[dict], searched: str, randoms: Sequence[str],
     verdict = "beats" if margin > std else "does not beat"
     short = [n for n, r in rows.items() if r and len(r["seeds"]) < COMPARE_SEEDS]
     caveat = (f" (provisional: {', '.join(short)} at fewer than {COMPARE_SEEDS} seeds)"
-              if short else "")
+              if short else "") + (" (CPUs of both kinds: see the mark)" if mark else "")
     return lines + [f"{searched} {verdict} the mean of {len(done)} random genotypes "
                     f"({statistics.mean(done):.1f} AP) by more than its seeds' std: "
                     f"{margin:+.1f} AP against std {std:.1f}{caveat}"]
@@ -126,19 +143,22 @@ def training_command(searched: str, iterations: int, steps: int, warmup: int) ->
 
 def tau_lines(quality: List[dict], rewards: List[dict], member: str, iterations: int,
               describe: Optional[Callable[[str], str]] = None,
-              flops: Optional[Callable[[str], float]] = None) -> List[str]:
+              flops: Optional[Callable[[str], float]] = None, cpu: str = "all") -> List[str]:
     """Each contender with a reward of `member` and trained runs (its name, reward, mean AP,
     seeds and, with `describe`, a cell of ``describe(name)``; with `flops`, one of its
     GFLOPs), then the tau and, with `flops`, the tau of the GFLOPs as a reward (a ranking
     that needs no search to set the proxy's against)."""
     latest = {r["run"]["contender"]: r["metrics"]["reward"] for r in rewards
               if r["run"].get("member") == member}
-    pairs = [(name, reward, mean_ap(quality, name, iterations)) for name, reward in latest.items()]
+    pairs = [(name, reward, mean_ap(quality, name, iterations, cpu))
+             for name, reward in latest.items()]
     pairs = [(n, reward, ap) for n, reward, ap in pairs if ap]
     costs = {n: flops(n) for n, _, _ in pairs} if flops else {}
-    lines = [f"| {n} | {reward:.4f} | {ap['ap']:.1f} | {', '.join(map(str, ap['seeds']))} |"
+    mark = _mixed(ap for _, _, ap in pairs)
+    lines = [f"| {n} | {reward:.4f} | {ap['ap']:.1f} | {seeds_cell(ap['runs'], mark)} |"
              + (f" {describe(n)} |" if describe else "")
              + (f" {costs[n]:.3f} |" if flops else "") for n, reward, ap in pairs]
+    lines += [NO_BF16_NOTE] if mark else []
     pairs = [(n, reward, ap["ap"]) for n, reward, ap in pairs]
     if len(pairs) < 2:
         return lines + [f"tau: needs >= 2 {member} contenders with a reward and runs at "
@@ -256,6 +276,10 @@ def _parser() -> argparse.ArgumentParser:
     for command in (tau, comparison):
         command.add_argument("--iterations", type=int, required=True,
                              help="the schedule of the runs read (the recipe's 42 epochs: 4200)")
+        command.add_argument("--cpu", choices=sorted(CPU_KINDS), default="all",
+                             help="read only the runs from CPUs with native bf16, or only "
+                                  "those from CPUs without it (default: all; where both "
+                                  "appear, the seeds without are marked *)")
     faster = sub.add_parser("speedup", help="a small search with 1 and 2 workers")
     faster.add_argument("--member", choices=("nas-fcos", "fad"), required=True)
     faster.add_argument("--workers", type=int, default=2)
@@ -290,14 +314,15 @@ def main(argv: Optional[List[str]] = None) -> None:
 
         describe = nas_architecture if args.member == "nas-fcos" else None
         print("\n".join(tau_lines(read("train_quality"), read(PROXY_BENCHMARK), args.member,
-                                  args.iterations, describe, contender_gflops)))
+                                  args.iterations, describe, contender_gflops, args.cpu)))
     elif args.command == "compare":
         if args.print_command:
             steps, warmup = args.iterations * 5 // 6, args.iterations // 12
             print(training_command(args.searched, args.iterations, steps, warmup))
             return
         print("\n".join(compare(read("train_quality"), args.searched,
-                                SEARCH_COMPARISONS[args.searched], args.iterations)))
+                                SEARCH_COMPARISONS[args.searched], args.iterations,
+                                args.cpu)))
     else:
         times = speedup(args.member, args.workers, args.scale)
         record = speedup_record(times, args, "python -m benchmarks.train_quality.search_check "

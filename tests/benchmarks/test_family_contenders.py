@@ -9,7 +9,7 @@ import pytest
 import torch
 from detectron2.modeling import build_model
 
-from benchmarks import family_tables, tables
+from benchmarks import family_tables, table_cells, tables
 from benchmarks.train_quality import catalog, family, family_costs
 
 SMALL = ["MODEL.FPN.OUT_CHANNELS", 32, "MODEL.FCOS.NUM_CONVS", 1]
@@ -265,3 +265,21 @@ def test_nas_fcos_designed_rows_read_against_fcos_on_their_levels_with_costs_of_
     legacy = family_tables.family_rows([(1, run(family.FCOS_HEAD, 5.0, recipe=False))],
                                        list(enumerate(costs, 1)), 4200)
     assert legacy[0][8] == "9.000"  # runs without a digest: the cost without one
+
+
+def test_seeds_from_a_cpu_without_native_bf16_are_marked_where_the_table_mixes_kinds():
+    def run(seed, flags, contender=family.NAS_HEAD):
+        record = _record("train_quality", seed, {"AP": 10.0, "AP50": 20.0}, {},
+                         {"contender": contender})
+        return {**record, "cpu": {"model": "CPU", "flags": flags}}
+
+    native = [run(0, ["avx512_bf16"]), run(1, ["amx_bf16", "amx_tile"])]
+    (row,) = family_tables.family_rows(list(enumerate(native, 1)), [])
+    assert row[1] == "0, 1"  # one kind: no mark
+    mixed = native + [run(2, []), run(0, [], family.FAD_PAPER)]  # AVX2 only: no bf16 flag
+    rows = family_tables.family_rows(list(enumerate(mixed, 1)), [])
+    assert [r[1] for r in rows] == ["0, 1, 2*", "0*"]  # the other row marked as well
+    lines = family_tables.family_table(list(enumerate(mixed, 1)), [])
+    assert lines[-2:] == ["", table_cells.NO_BF16_NOTE]
+    assert table_cells.NO_BF16_NOTE.startswith("* trained on a CPU without native bf16")
+    assert not family_tables.family_table(list(enumerate(native, 1)), [])[-1].startswith("*")

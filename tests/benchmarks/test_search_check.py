@@ -151,3 +151,31 @@ def test_the_speedup_is_recorded_with_both_wall_times(tmp_path, monkeypatch):
     assert record["metrics"] == {"seconds_1_worker": 30.0, "seconds_2_workers": 20.0,
                                  "speedup": 1.5}
     assert record["run"] == {"member": "fad", "workers": 2, "scale": 3}
+
+
+def test_seeds_from_a_cpu_without_native_bf16_are_marked_and_can_be_left_out():
+    def run(name, seed, ap, flags):
+        return {**_run(name, seed, ap), "cpu": {"model": "CPU", "flags": flags}}
+
+    randoms = list(FAD_RANDOM_TWO)[:4]
+    quality = [run(FAD_SEARCHED_TWO, 0, 10.0, ["avx512_bf16"]),
+               run(FAD_SEARCHED_TWO, 1, 14.0, []), run(FAD_SEARCHED_TWO, 2, 12.0, [])]
+    quality += [run(name, 0, 9.0, ["avx512_bf16"]) for name in randoms]
+    lines = search_check.compare(quality, FAD_SEARCHED_TWO, randoms, 4800)
+    assert lines[0] == f"| {FAD_SEARCHED_TWO} | 0, 1*, 2* | 12.0 / 2.0 |"
+    assert lines[1] == f"| {randoms[0]} | 0 | 9.0 / - |"
+    assert lines[-2].startswith("* trained on a CPU without native bf16")
+    assert lines[-1].endswith("(CPUs of both kinds: see the mark)")
+    native = search_check.compare(quality, FAD_SEARCHED_TWO, randoms, 4800, "native-bf16")
+    assert native[0] == f"| {FAD_SEARCHED_TWO} | 0 | 10.0 / - |"  # seeds 1-2 left out
+    assert native[-1].startswith("not decided") and not any("*" in x for x in native)
+    without = search_check.compare(quality, FAD_SEARCHED_TWO, randoms, 4800, "without-bf16")
+    assert without[0] == f"| {FAD_SEARCHED_TWO} | 1, 2 | 13.0 / 1.4 |"
+    assert without[1] == f"| {randoms[0]} | - | no runs at 4800 iterations |"
+    rewards = [{"metrics": {"reward": r}, "run": {"contender": n, "member": "fad"}}
+               for n, r in ((FAD_SEARCHED_TWO, 2.0), (randoms[0], 1.0))]
+    tau = search_check.tau_lines(quality, rewards, "fad", 4800)
+    assert tau[0] == f"| {FAD_SEARCHED_TWO} | 2.0000 | 12.0 | 0, 1*, 2* |"
+    assert tau[2].startswith("* trained on a CPU without native bf16")
+    assert search_check.tau_lines(quality, rewards, "fad", 4800, cpu="native-bf16")[0] == (
+        f"| {FAD_SEARCHED_TWO} | 2.0000 | 10.0 | 0 |")
