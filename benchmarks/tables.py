@@ -8,6 +8,7 @@ nothing and fails if a generated file is missing or differs (the docs are stale)
 """
 import argparse
 import json
+import shlex
 import statistics
 import sys
 from collections import OrderedDict
@@ -306,6 +307,23 @@ def generic_table(numbered: Numbered) -> List[str]:
                     *_provenance([(n, r)])] for n, r in numbered])
 
 
+def _search_of(command: str) -> str:
+    """The search a proxy reward was read from, as its record's command gives it: the NAS
+    search's flags after "--", or FAD's --alphas file."""
+    words = shlex.split(command)
+    if "--" in words:
+        return " ".join(words[words.index("--") + 1:])
+    return f"--alphas {words[words.index('--alphas') + 1]}" if "--alphas" in words else ""
+
+
+def search_proxy_table(numbered: Numbered) -> List[str]:
+    """One row per record: the member, the contender, its reward under the member's search
+    and that search (``_search_of``)."""
+    return _table(["member", "contender", "reward", "search", "commit", "CPU", "record"],
+                  [[r["run"]["member"], r["run"]["contender"], f"{r['metrics']['reward']:.4f}",
+                    _search_of(r["command"]), *_provenance([(n, r)])] for n, r in numbered])
+
+
 MASK_CAP_SIZES = ("< 16 px", "16-32 px", "32-64 px", "> 64 px", "all", "COCO AP")
 
 
@@ -358,6 +376,8 @@ TABLES: Dict[str, Tuple[str, Callable[[Numbered], List[str]]]] = {
                  "(python tools/mask_resolution_bound.py --record)", mask_cap_table),
     "dcn_offsets": ("How far deformable convs sample (python -m "
                     "benchmarks.train_quality.offsets)", dcn_offsets_table),
+    "search_proxy": ("The searches' rewards of trained contenders (python -m "
+                     "benchmarks.train_quality.search_check rewards)", search_proxy_table),
 }
 
 

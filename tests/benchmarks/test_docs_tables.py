@@ -188,3 +188,21 @@ def test_dcn_offsets_rows_are_per_record_part_and_map_largest_first(tmp_path):
         [trained, "nas-0/model_final.pth", "backbone", "16x16", "1", "0.20", "1.0", "10%", "0.50"],
         [trained, "nas-0/model_final.pth", "backbone", "4x4", "2", "2.00", "9.0", "60%", "0.50"],
         [trained, "nas-0/model_final.pth", "head", "2x2", "1", "0.50", "2.0", "90%", "0.50"]]
+
+
+def test_search_proxy_rows_name_the_member_contender_reward_and_search(tmp_path):
+    command = "python -m benchmarks.train_quality.search_check rewards --member"
+    path = _write(tmp_path / "search_proxy.jsonl", [
+        {**_record("search_proxy", metrics={"reward": -0.33172},
+                   run={"contender": "nas a", "member": "nas-fcos"}),
+         "command": f"{command} nas-fcos --contenders 'nas a' -- --channels 128 "
+                    "--bottom-up-weights 'out/recipe 0/model_final.pth'"},
+        {**_record("search_proxy", metrics={"reward": 1.13451},
+                   run={"contender": "fad b", "member": "fad"}),
+         "command": f"{command} fad --alphas out/search/alphas.json --contenders 'fad b'"}])
+    lines = tables.generate(path).splitlines()
+    cpu = "Example CPU (amx_bf16, avx512_bf16)"
+    assert lines[-2] == ("| nas-fcos | nas a | -0.3317 | --channels 128 --bottom-up-weights "
+                         f"out/recipe 0/model_final.pth | aaaaaaa | {cpu} | 1 |")
+    assert lines[-1] == (f"| fad | fad b | 1.1345 | --alphas out/search/alphas.json | "
+                         f"aaaaaaa | {cpu} | 2 |")
