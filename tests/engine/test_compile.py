@@ -91,8 +91,11 @@ def test_a_compiled_training_step_equals_the_eager_one_and_keeps_the_keys():
         assert compiled_losses[name] == pytest.approx(value, rel=1e-4, abs=1e-5), name
     assert compiled_grads.keys() == eager_grads.keys()
     largest = max(float(g.abs().max()) for g in eager_grads.values())
-    for name, grad in eager_grads.items():  # biases before a norm get rounding noise alone
-        tolerance = 1e-3 * float(grad.abs().max()) + 1e-6 * largest
+    # biases before a norm get rounding noise alone; the compiled kernels reorder float32
+    # sums: within 1e-3 of each gradient's largest on a CPU with native bf16, but up to
+    # 1.2e-2 (res3.1.conv2) on an AVX2-only one (a wrong or missing term is off by O(1))
+    for name, grad in eager_grads.items():
+        tolerance = 3e-2 * float(grad.abs().max()) + 1e-6 * largest
         assert float((compiled_grads[name] - grad).abs().max()) <= tolerance, name
     # the evaluation copy (fcos_d2.modeling.fast_inference deep-copies) runs eager
     assert getattr(copy.deepcopy(compiled.head), "_compiled_call_impl", None) is None

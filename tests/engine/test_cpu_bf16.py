@@ -54,7 +54,9 @@ def test_torch_probe_agrees_with_this_machines_cpuinfo_where_both_tell():
 @pytest.mark.parametrize("policy, native, uses_bf16", [
     ("auto", True, True), ("auto", False, False), ("auto", None, True),
     ("always", False, True), ("always", True, True)])
-def test_policy_decides_bf16_from_the_cpus_answer(policy, native, uses_bf16):
+def test_policy_decides_bf16_from_the_cpus_answer(policy, native, uses_bf16, monkeypatch):
+    # native None: no source can tell, on whatever CPU runs the test (not this machine's answer)
+    monkeypatch.setattr(bf16_policy, "_native_here", lambda: None)
     use, message = resolve_cpu_bf16(policy, what="training", key="SOLVER.AMP.ENABLED",
                                     native=native)
     assert use is uses_bf16
