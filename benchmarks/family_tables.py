@@ -103,14 +103,14 @@ def _mean_or_blank(values: List[float], digits: int) -> str:
     return f"{statistics.mean(values):.{digits}f}" if values else ""
 
 
-def family_rows(quality: Numbered, costs: Numbered,
-                iterations: Optional[int] = None) -> List[List[str]]:
+def family_rows(quality: Numbered, costs: Numbered, iterations: Optional[int] = None,
+                mark: Optional[bool] = None) -> List[List[str]]:
     """One row per family contender with runs (``_runs_of``: AP over seeds, seconds per
     iteration and of training) and its latest cost record, with the equal-FLOPs reading;
     where the rows' runs come from CPUs of both kinds, the seeds from one without native
-    bf16 are marked (``seeds_cell``)."""
+    bf16 are marked (``seeds_cell``; `mark` None: decided here)."""
     rows, references = [], {}
-    mark = _mixed(quality, iterations)
+    mark = _mixed(quality, iterations) if mark is None else mark
     for name in FAMILY_ORDER:
         runs = _runs_of(quality, name, iterations)
         cost = _cost_of(costs, name, runs)
@@ -152,9 +152,10 @@ def family_table(quality: Numbered, costs: Numbered,
                  iterations: Optional[int] = None) -> List[str]:
     """The markdown lines of the table (header and rows), then the mark's note where the
     rows' runs come from CPUs of both kinds."""
+    mixed = _mixed(quality, iterations)
     return [_row(HEADER), _row(["---"] * len(HEADER)),
-            *(_row(r) for r in family_rows(quality, costs, iterations)),
-            *(["", NO_BF16_NOTE] if _mixed(quality, iterations) else [])]
+            *(_row(r) for r in family_rows(quality, costs, iterations, mixed)),
+            *(["", NO_BF16_NOTE] if mixed else [])]
 
 
 def longer_schedules(quality: Numbered) -> List[int]:

@@ -5,8 +5,9 @@ import statistics
 from collections import OrderedDict
 from typing import Iterable, List, Optional, Sequence, Tuple
 
-# /proc/cpuinfo flags of a CPU that computes bf16 natively (x86 AVX512-BF16 or AMX, ARM BF16)
-NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
+# /proc/cpuinfo flags of a CPU that computes bf16 natively: the policy's own list
+from fcos_d2.precision import NATIVE_BF16_FLAGS
+
 # The mark of a seed trained on a CPU without native bf16 beside seeds trained on one, and
 # what it means: the recipe's bf16 autocast (SOLVER.AMP.ENABLED) runs in float32 there
 NO_BF16_MARK = "*"
@@ -26,7 +27,7 @@ def native_bf16(record: dict) -> Optional[bool]:
     """Whether the record's CPU computes bf16 natively; None for a record without a CPU."""
     if "cpu" not in record:
         return None
-    return bool(NATIVE_BF16_FLAGS.intersection(record["cpu"].get("flags", ())))
+    return any(flag in NATIVE_BF16_FLAGS for flag in record["cpu"].get("flags", ()))
 
 
 def mixes_cpu_kinds(records: Iterable[dict]) -> bool:
