@@ -28,7 +28,12 @@ def straight(tmp_path_factory):
     """A 4-iteration search run at once."""
     cfg = tiny_cfg(tmp_path_factory.mktemp("fad_straight"))
     search = fad_search.Search(cfg)
-    search.run()
+    search.logged, line = [], fad_search.loss_line  # the losses each record line averages
+    fad_search.loss_line = lambda *args: (search.logged.append(list(args[2])), line(*args))[1]
+    try:
+        search.run()
+    finally:
+        fad_search.loss_line = line
     # as the run left them (a test below takes one more step)
     search.final_state = {k: v.clone() for k, v in search.model.state_dict().items()}
     search.final_genotypes = search.model.genotypes()
@@ -83,6 +88,18 @@ def test_genotypes_written_every_period_and_at_the_end(straight):
     record = json.loads((output / "alphas.json").read_text())
     assert [r["iteration"] for r in record["history"]] == [2, 4]
     assert (output / "alphas.png").stat().st_size > 0
+
+
+def test_each_record_logs_the_mean_loss_of_its_period():
+    line = fad_search.loss_line(50, 200, [0.5, 1.6, 0.6], 0.004)
+    assert line == ("iteration 50/200: mean loss 0.9000 over the last 3 iterations (the last "
+                    "batch 0.6000), lr 0.00400")
+
+
+def test_the_run_averages_each_period_afresh(straight):
+    _, search = straight  # 4 iterations, a record every 2
+    assert [len(losses) for losses in search.logged] == [2, 2]
+    assert all(loss > 0 for losses in search.logged for loss in losses)
 
 
 def test_search_resumes_exactly(straight, tmp_path):

@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import random
+import statistics
 import time
 from pathlib import Path
 from typing import Dict, List, Sequence
@@ -262,17 +263,18 @@ class Search:
         storage = EventStorage(self.start_iter)  # the model may put diagnostics there
         progress = Progress(solver.MAX_ITER, "FAD search", "iterations",
                             initial=self.start_iter, enabled=comm.is_main_process())
-        lowest = float("inf")
+        recent: List[float] = []  # the training losses since the last record
         for iteration in range(self.start_iter, solver.MAX_ITER):
             storage.iter = iteration
             with storage:
                 metrics = self.step(iteration)
-            lowest = min(lowest, metrics["loss"])
-            progress.update(1, loss=f"{metrics['loss']:.4f}", lowest_loss=f"{lowest:.4f}")
+            recent.append(metrics["loss"])
+            progress.update(1, loss=f"{metrics['loss']:.4f}",
+                            mean_loss=f"{statistics.fmean(recent):.4f}")
             if (iteration + 1) % period == 0 or iteration == solver.MAX_ITER - 1:
                 self.record(iteration + 1)
-                logger.info(f"iteration {iteration + 1}/{solver.MAX_ITER}: loss "
-                            f"{metrics['loss']:.4f}, lr {metrics['lr']:.5f}")
+                logger.info(loss_line(iteration + 1, solver.MAX_ITER, recent, metrics["lr"]))
+                recent = []
             if (iteration + 1) % solver.CHECKPOINT_PERIOD == 0 or iteration == solver.MAX_ITER - 1:
                 self.save(iteration + 1)
         progress.close()
@@ -290,6 +292,14 @@ class Search:
             (self.output / "search_summary.json").write_text(json.dumps(summary, indent=1))
         comm.synchronize()  # every worker returns once the files are written
         return summary
+
+
+def loss_line(iteration: int, max_iter: int, losses: List[float], lr: float) -> str:
+    """The log line of a record: this worker's mean training loss since the previous record
+    (one batch's loss alone swings several-fold), and its last batch's."""
+    return (f"iteration {iteration}/{max_iter}: mean loss {statistics.fmean(losses):.4f} "
+            f"over the last {len(losses)} iterations (the last batch {losses[-1]:.4f}), "
+            f"lr {lr:.5f}")
 
 
 def main(args) -> Dict[str, float]:
