@@ -29,7 +29,12 @@ def straight(tmp_path_factory):
     cfg = tiny_cfg(tmp_path_factory.mktemp("fad_straight"))
     search = fad_search.Search(cfg)
     search.logged, line = [], fad_search.loss_line  # the losses each record line averages
-    fad_search.loss_line = lambda *args: (search.logged.append(list(args[2])), line(*args))[1]
+
+    def logging_line(iteration, max_iter, losses, lr):
+        search.logged.append(list(losses))
+        return line(iteration, max_iter, losses, lr)
+
+    fad_search.loss_line = logging_line
     try:
         search.run()
     finally:
