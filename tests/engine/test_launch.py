@@ -1,6 +1,6 @@
-"""fcos_d2.engine.launch: one process, and workers started by torchrun. Spawned CPU workers
-over gloo are checked in tests/engine/test_multiprocess.py (one spawn for the group and the
-gradients: each spawned worker imports torch and detectron2 anew)."""
+"""fcos_d2.engine.launch: one process, workers started by torchrun, and what CPU workers
+forked from the fork server inherit. Their gloo group and gradients are checked in
+tests/engine/test_multiprocess.py."""
 import argparse
 import json
 import os
@@ -59,6 +59,28 @@ def test_one_process_runs_main_here_without_a_process_group():
 def test_auto_dist_url_is_refused_for_several_machines(cpu_only):
     with pytest.raises(ValueError, match="2 machines needs an explicit tcp://HOST:PORT"):
         launch(report_worker, 2, num_machines=2, dist_url="auto")
+
+
+def environment_worker(folder: str) -> None:
+    """Writes this worker's $FCOS_D2_LAUNCH_TEST, torch threads and parent process."""
+    seen = {"rank": comm.get_rank(), "value": os.environ.get("FCOS_D2_LAUNCH_TEST"),
+            "threads": torch.get_num_threads(), "parent": os.getppid()}
+    (Path(folder) / f"{comm.get_rank()}.json").write_text(json.dumps(seen))
+
+
+def test_one_fork_server_starts_the_workers_of_each_launch_with_its_environment(
+        tmp_path, cpu_only, monkeypatch):
+    parents = set()
+    for value, threads in [("first", 1), ("second", 2)]:
+        monkeypatch.setenv("FCOS_D2_LAUNCH_TEST", value)
+        monkeypatch.setenv("OMP_NUM_THREADS", str(threads))
+        (tmp_path / value).mkdir()
+        launch(environment_worker, 2, dist_url="auto", args=(str(tmp_path / value),))
+        seen = reports(tmp_path / value)
+        assert [(s["rank"], s["value"], s["threads"]) for s in seen] == [
+            (0, value, threads), (1, value, threads)]  # this launch's, not the server's
+        parents |= {s["parent"] for s in seen}
+    assert len(parents) == 1 and os.getpid() not in parents  # one fork server for both
 
 
 def test_under_torchrun_each_process_joins_the_job_and_runs_main_once(tmp_path, cpu_only):
