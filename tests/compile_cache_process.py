@@ -5,6 +5,7 @@ argv[3] == "reload", new weights loaded into the compiled model. Prints a JSON l
 inductor's cache did and what came out."""
 import json
 import logging
+import os
 import sys
 
 import fcos_d2  # noqa: F401  (first: detectron2 shims)
@@ -36,6 +37,7 @@ class Toy(nn.Module):
 
 
 def main(cache_dir: str, sizes: str, reload: bool) -> None:
+    os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)  # inductor's cache follows ours
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(message)s")
     torch.manual_seed(0)
     model = Toy(cache_dir).eval()

@@ -4,8 +4,6 @@ index of compiled models and its estimate, and, in two processes on a toy model,
 cache that compiles nothing and new weights that need no recompile."""
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,9 +13,6 @@ from torch import nn
 from fcos_d2.modeling import compile_cache
 from fcos_d2.modeling.compile_cache import bucket_side, bucketed_size
 from fcos_d2.modeling.inference_backends import crop_levels
-
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
 
 
 @pytest.mark.parametrize("side, multiple, steps, bucket", [
@@ -99,21 +94,18 @@ def test_inductor_folder_follows_ours_but_a_users_own_wins(monkeypatch, tmp_path
     assert compile_cache.activate_cache(tmp_path / "c") == tmp_path / "users"
 
 
-def _process(cache: Path, *argv: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
-    env["OMP_NUM_THREADS"] = "1"
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])  # this fcos_d2
-    script = REPO / "tests" / "compile_cache_process.py"
-    done = subprocess.run([sys.executable, str(script), str(cache), *argv],
-                          capture_output=True, text=True, env=env, timeout=300)
+def _process(scripts, cache: Path, *argv: str) -> dict:
+    """tests/compile_cache_process.py in a process of its own (forked from the scripts
+    server, which imported torch and fcos_d2 but never compiled anything)."""
+    done = scripts.run("tests/compile_cache_process.py", str(cache), *argv)
     assert done.returncode == 0, done.stderr[-3000:]
     result = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     return {**json.loads(result[0][len("RESULT "):]), "log": done.stdout}
 
 
 def test_a_warm_cache_compiles_nothing_in_the_next_process_and_new_weights_recompile_nothing(
-        tmp_path):
-    cold = _process(tmp_path, "40x52,40x56")
+        tmp_path, scripts):
+    cold = _process(scripts, tmp_path, "40x52,40x56")
     assert not cold["warm_before"] and cold["misses"] > 0 and cold["hits"] == 0
     # the first size runs as it is; the second in its bucket, cropped back
     assert cold["sizes"] == [[1, 3, 40, 52], [1, 3, 64, 64]]
@@ -121,7 +113,7 @@ def test_a_warm_cache_compiles_nothing_in_the_next_process_and_new_weights_recom
                                     [[1, 1, 40, 56], [1, 1, 20, 28]]]
     assert "expect about" in cold["log"] and str(tmp_path / "inductor") in cold["log"]
     assert (tmp_path / "compiles.json").is_file()
-    warm = _process(tmp_path, "40x56", "reload")  # its bucket is in the cache
+    warm = _process(scripts, tmp_path, "40x56", "reload")  # its bucket is in the cache
     assert warm["warm_before"] and warm["sizes"] == [[1, 3, 64, 64]]
     assert warm["hits"] > 0 and warm["misses"] == 0
     assert "its last compile at this size" in warm["log"]
