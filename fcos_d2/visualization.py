@@ -23,7 +23,6 @@ from PIL import Image
 from detectron2.evaluation import inference_context
 from detectron2.structures import Instances
 from detectron2.utils.file_io import PathManager
-from detectron2.utils.visualizer import Visualizer
 
 from .data.images import read_image
 from .data.masks import mask_to_rle
@@ -70,6 +69,10 @@ def draw_detections(image_rgb: np.ndarray, instances: Instances, metadata,
     Returns:
         (H', W', 3) uint8 RGB picture, H' = H * s, W' = W * s with s = max(1, min_side / min(H, W)).
     """
+    # imported here: detectron2's Visualizer imports matplotlib (about 1 s of every
+    # train_net.py start, and of each worker spawned, where nothing is drawn)
+    from detectron2.utils.visualizer import Visualizer
+
     scale = max(1.0, min_side / min(image_rgb.shape[:2]))
     visualizer = Visualizer(image_rgb, metadata, scale=scale)
     return visualizer.draw_instance_predictions(instances.to("cpu")).get_image()
