@@ -4,8 +4,10 @@ A detectron2 checkpoint holds the weights, the iteration, the LR scheduler and (
 ``fcos_d2.compat`` on v0.6) the optimizer. A resumed run still differs from an
 uninterrupted one because the data stream starts again and the random generators are
 seeded anew. This hook adds to every checkpoint, for each of the W workers (ranks): the
-state of its training data loader (``ResumableTrainLoader.state_dict``) and of its global
-random generators (python ``random``, ``numpy``, ``torch`` CPU and CUDA). Everything is
+state of its training data loader (``ResumableTrainLoader.state_dict``), of its global
+random generators (python ``random``, ``numpy``, ``torch`` CPU and CUDA) and of the
+model's moving-average loss normalizers (``MODEL.FCOS.LOSS_NORMALIZER "ema"``, the
+small-data recipe's, which is not a tensor of the state dict). Everything is
 made of tensors, ints, floats, strings, lists and dicts, so checkpoints still load with
 ``torch.load(weights_only=True)``.
 
@@ -24,6 +26,9 @@ import numpy as np
 import torch
 from detectron2.engine import HookBase
 from detectron2.utils import comm
+
+from ..modeling.losses import load_loss_normalizer_states, loss_normalizer_states
+from ..parallel import unwrap_ddp
 
 __all__ = ["ExactResume", "get_rng_states", "set_rng_states"]
 
@@ -117,8 +122,22 @@ class ExactResume(HookBase):
                            "resumed: its stream starts again.")
         set_rng_states(mine["rng"])
         self._rng_to_restore = mine["rng"]
+        self._load_loss_normalizers(mine.get("loss_normalizers", {}))
+
+    def _load_loss_normalizers(self, states: Dict[str, dict]) -> None:
+        missing, unexpected = load_loss_normalizer_states(unwrap_ddp(self.trainer.model), states)
+        if missing:
+            logger.warning(f"The checkpoint has no state of the EMA loss normalizer of "
+                           f"{missing} (written by an older fcos-d2): it starts again from "
+                           f"MODEL.FCOS.LOSS_NORMALIZER_EMA_INIT, and the resumed training "
+                           f"will not repeat an uninterrupted one.")
+        if unexpected:
+            logger.warning(f"The checkpoint holds EMA loss normalizer states of {unexpected}, "
+                           f"which this model has none of (MODEL.FCOS.LOSS_NORMALIZER "
+                           f"changed?): they are ignored.")
 
     def _local_state(self) -> Dict[str, Any]:
         loader = self.trainer.data_loader
         data = loader.state_dict() if hasattr(loader, "state_dict") else None
-        return {"data": data, "rng": get_rng_states()}
+        return {"data": data, "rng": get_rng_states(),
+                "loss_normalizers": loss_normalizer_states(unwrap_ddp(self.trainer.model))}

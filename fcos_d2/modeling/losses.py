@@ -161,7 +161,9 @@ class EMANormalizer:
 
     The positives start at ``initial``; the weight sum starts at ``initial`` times the
     first batch's mean weight, so that both start equally far from their batch values.
-    Not saved in checkpoints (it forgets within ~1 / (1 - m) iterations).
+    The averages are training state: a resumed training restores them
+    (``loss_normalizer_states``), or it would start again from ``initial`` and, at momentum
+    0.99, divide its next hundreds of losses by a different number.
     """
 
     def __init__(self, initial: float = 300.0, momentum: float = 0.9):
@@ -181,6 +183,36 @@ class EMANormalizer:
         self.values = tuple(m * old + (1 - m) * new
                             for old, new in zip(self.values, (num_positives, weight_sum)))
         return self.values
+
+    def state_dict(self) -> Dict[str, Optional[List[float]]]:
+        """The two averages as Python floats (None before the first batch); a float64
+        tensor's value is its float's, so a restored normalizer goes on bit for bit."""
+        return {"values": None if self.values is None else [float(v) for v in self.values]}
+
+    def load_state_dict(self, state: Dict[str, Optional[List[float]]]) -> None:
+        values = state["values"]
+        self.values = None if values is None else (float(values[0]), float(values[1]))
+
+
+def loss_normalizer_states(model: torch.nn.Module) -> Dict[str, dict]:
+    """{module name: its EMA normalizer's state} of every module of `model` (not wrapped in
+    DDP) that has one (FCOS with ``LOSS_NORMALIZER "ema"``, each member built on it)."""
+    return {name: module.loss_normalizer.state_dict()
+            for name, module in model.named_modules()
+            if isinstance(getattr(module, "loss_normalizer", None), EMANormalizer)}
+
+
+def load_loss_normalizer_states(model: torch.nn.Module,
+                                states: Dict[str, dict]) -> Tuple[List[str], List[str]]:
+    """Restores ``loss_normalizer_states``; returns the names of `model`'s EMA normalizers
+    that `states` has nothing for (they start again) and of the modules in `states` that
+    have none in `model` (MODEL.FCOS.LOSS_NORMALIZER changed), as load_state_dict's
+    missing and unexpected keys."""
+    here = loss_normalizer_states(model)
+    modules = dict(model.named_modules())
+    for name in set(states) & set(here):
+        modules[name].loss_normalizer.load_state_dict(states[name])
+    return sorted(set(here) - set(states)), sorted(set(states) - set(here))
 
 
 def fcos_losses(

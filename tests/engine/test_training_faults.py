@@ -24,6 +24,9 @@ TINY = ["MODEL.DEVICE", "cpu", "MODEL.FPN.OUT_CHANNELS", "64", "MODEL.FCOS.NUM_C
         "SOLVER.IMS_PER_BATCH", "2", "SOLVER.WARMUP_ITERS", "2", "SOLVER.MAX_ITER", "6",
         "SOLVER.CHECKPOINT_PERIOD", "2", "TEST.EVAL_PERIOD", "0",
         "DATASETS.TRAIN", "('tiny',)", "DATASETS.TEST", "('tiny',)"]
+# the small-data recipe's loss normalizer: a moving average, a state of its own to resume
+EMA_NORMALIZER = ["MODEL.FCOS.LOSS_NORMALIZER", "ema", "MODEL.FCOS.LOSS_NORMALIZER_EMA_MOMENTUM",
+                  "0.99"]
 
 
 @pytest.fixture(scope="module")
@@ -62,14 +65,15 @@ def max_weight_difference(a: Path, b: Path) -> float:
 
 @pytest.fixture(scope="module")
 def runs(server, dataset, tmp_path_factory):
-    """Three trainings at once: uninterrupted (NUM_WORKERS 0); killed by SIGKILL when
-    iteration 3 starts (NUM_WORKERS 1); a NaN loss at iteration 4 (NUM_WORKERS 0). Then
-    the last two resumed with --resume, without the fault."""
+    """Three trainings at once, with the EMA loss normalizer: uninterrupted (NUM_WORKERS
+    0); killed by SIGKILL when iteration 3 starts (NUM_WORKERS 1); a NaN loss at iteration
+    4 (NUM_WORKERS 0). Then the last two resumed with --resume, without the fault."""
     root = tmp_path_factory.mktemp("faults")
     out = {name: root / name for name in ("whole", "killed", "nan")}
     workers = {"whole": "0", "killed": "1", "nan": "0"}
     faults = {"whole": {}, "killed": {"kill_at": 3}, "nan": {"nan_at": 4}}
-    pids = {name: server.start(argv(dataset, out[name], "DATALOADER.NUM_WORKERS", workers[name]),
+    pids = {name: server.start(argv(dataset, out[name], *EMA_NORMALIZER, "DATALOADER.NUM_WORKERS",
+                                    workers[name]),
                                log=root / f"{name}.log", record=root / f"{name}.jsonl",
                                **faults[name]) for name in out}
     status = {name: server.wait(pid)[0] for name, pid in pids.items()}
@@ -77,8 +81,9 @@ def runs(server, dataset, tmp_path_factory):
     first_logs = {name: log_of(out[name]) for name in out}
     after_nan = {"files": sorted(p.name for p in out["nan"].glob("model_*.pth")),
                  "last": (out["nan"] / "last_checkpoint").read_text().strip()}
-    resumed = {name: server.start(argv(dataset, out[name], "DATALOADER.NUM_WORKERS",
-                                       workers[name], flags=["--skip-test", "--resume"]),
+    resumed = {name: server.start(argv(dataset, out[name], *EMA_NORMALIZER,
+                                       "DATALOADER.NUM_WORKERS", workers[name],
+                                       flags=["--skip-test", "--resume"]),
                                   log=root / f"{name}.resumed.log", record=root / f"{name}.jsonl")
                for name in ("killed", "nan")}
     for name, pid in resumed.items():

@@ -13,7 +13,9 @@ from fcos_d2.modeling.fad.supernet import architecture_parameters, weight_parame
 TINY = ["MODEL.FPN.OUT_CHANNELS", "32", "INPUT.MIN_SIZE_TRAIN", "(64,)",
         "INPUT.MAX_SIZE_TRAIN", "64", "SOLVER.IMS_PER_BATCH", "2", "SOLVER.MAX_ITER", "4",
         "SOLVER.CHECKPOINT_PERIOD", "2", "MODEL.FAD.SEARCH.GENOTYPE_PERIOD", "2",
-        "MODEL.FCOS.NUM_CLASSES", "80"]  # 80: the search takes the data's 6 instead
+        "MODEL.FCOS.NUM_CLASSES", "80",  # 80: the search takes the data's 6 instead
+        # the search configs' normalizer (the recipe's): a state the resume restores
+        "MODEL.FCOS.LOSS_NORMALIZER", "ema", "MODEL.FCOS.LOSS_NORMALIZER_EMA_MOMENTUM", "0.99"]
 
 
 def tiny_cfg(output, *opts):

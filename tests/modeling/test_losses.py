@@ -142,6 +142,46 @@ def test_ema_normalizer_starts_at_its_initial_value_and_moves_by_the_momentum():
     assert ema(10.0, 5.0) == pytest.approx((0.9 * 91 + 1.0, 0.9 * 45.5 + 0.5))
 
 
+def test_a_restored_ema_normalizer_goes_on_bit_for_bit():
+    from fcos_d2.modeling.losses import EMANormalizer
+
+    ema, weights = EMANormalizer(initial=300.0, momentum=0.99), torch.tensor(7.3)
+    assert ema.state_dict() == {"values": None}  # before the first batch
+    ema(13.0, weights)
+    restored = EMANormalizer(initial=300.0, momentum=0.99)
+    restored.load_state_dict(ema.state_dict())
+    fresh = EMANormalizer(initial=300.0, momentum=0.99)  # what a resume did before
+    for positives in (9.0, 31.0):
+        want = ema(positives, weights * positives)
+        got = restored(positives, weights * positives)
+        assert float(got[0]) == float(want[0]) and float(got[1]) == float(want[1])
+        assert fresh(positives, weights * positives)[0] != want[0]
+
+
+def test_normalizer_states_are_found_by_module_and_report_what_does_not_match():
+    from torch import nn
+
+    from fcos_d2.modeling.losses import (EMANormalizer, load_loss_normalizer_states,
+                                         loss_normalizer_states)
+
+    def model(*with_ema):
+        parts = nn.ModuleDict({name: nn.Module() for name in ("detector", "label_encoder")})
+        for name in with_ema:
+            parts[name].loss_normalizer = EMANormalizer(initial=50.0, momentum=0.9)
+        return parts
+
+    trained = model("detector", "label_encoder")
+    trained["detector"].loss_normalizer(5.0, 2.0)
+    states = loss_normalizer_states(trained)  # weight sum: 0.9 * (50 * 2 / 5) + 0.1 * 2
+    assert states == {"detector": {"values": pytest.approx([45.5, 18.2])},
+                      "label_encoder": {"values": None}}
+    other = model("detector")
+    assert load_loss_normalizer_states(other, states) == ([], ["label_encoder"])
+    assert other["detector"].loss_normalizer.values == tuple(states["detector"]["values"])
+    assert load_loss_normalizer_states(model("detector", "label_encoder"),
+                                       {"detector": states["detector"]}) == (["label_encoder"], [])
+
+
 def test_ema_normalizer_divides_all_three_losses_by_the_smoothed_values():
     from fcos_d2.modeling.losses import EMANormalizer
 

@@ -45,6 +45,7 @@ from ...checkpoint.parts import load_bottom_up
 from ...config import add_fcos_config
 from ...data import FCOSDatasetMapper, prepare_dataset
 from ...progress import Progress
+from ..losses import load_loss_normalizer_states, loss_normalizer_states
 from .architect import architecture_step, weight_step
 from .config import search_options
 from .genotypes import PRIMITIVES, write_genotype_file
@@ -233,7 +234,8 @@ class Search:
                 "weight_optimizer": self.weight_optimizer.state_dict(),
                 "arch_optimizer": self.arch_optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict(), "iteration": next_iteration,
-                "history": self.history}
+                "history": self.history,
+                "loss_normalizers": loss_normalizer_states(self.model)}
 
     def save(self, next_iteration: int) -> None:
         if comm.is_main_process():
@@ -252,6 +254,10 @@ class Search:
         self.arch_optimizer.load_state_dict(state["arch_optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.start_iter, self.history = state["iteration"], state["history"]
+        missing, _ = load_loss_normalizer_states(self.model, state.get("loss_normalizers", {}))
+        if missing:
+            logger.warning(f"FAD search: {path} has no state of the EMA loss normalizer of "
+                           f"{missing} (an older search): it starts again")
         logger.info(f"FAD search: resumed from {path} at iteration {self.start_iter}")
         return True
 
