@@ -237,7 +237,8 @@ def _start_cpu_workers(main_func: Callable[..., Any], nprocs: int,
     The fork server (``_cpu_start_method``) preloads fcos_d2, the module of `main_func` and
     the main script, as each spawned worker would import them. It lives as long as this
     process and serves later launches too, so each worker is handed this process's
-    environment of now, as spawn would give it."""
+    environment of now, as spawn would give it (its stdout and stderr stay the server's:
+    this process's when it first launched workers)."""
     method = _cpu_start_method()
     if method == "forkserver":
         module = getattr(main_func, "__module__", None) or "__main__"
