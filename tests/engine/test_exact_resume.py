@@ -1,5 +1,5 @@
-"""ExactResume: the RNG states and the data stream travel with the checkpoint, in a form
-that loads with torch.load(weights_only=True)."""
+"""ExactResume: the RNG states, the data stream and the EMA loss normalizers travel with the
+checkpoint, in a form that loads with torch.load(weights_only=True)."""
 import io
 import random
 from types import SimpleNamespace
@@ -9,6 +9,7 @@ import torch
 
 from fcos_d2.engine.resumable_loader import ResumableTrainLoader
 from fcos_d2.engine.resume import ExactResume, get_rng_states, set_rng_states
+from fcos_d2.modeling.losses import EMANormalizer
 
 
 def weights_only_round_trip(state):
@@ -32,10 +33,13 @@ def test_rng_states_survive_a_weights_only_checkpoint():
 
 
 def trainer_at(iteration: int):
+    """A trainer's parts the hook reads: a model whose head has an EMA loss normalizer."""
     loader = ResumableTrainLoader([{"width": 4, "height": 4}] * 3, mapper=dict,
                                   total_batch_size=1, seed=5)
+    model = torch.nn.Sequential(torch.nn.Linear(1, 1), torch.nn.Module())
+    model[1].loss_normalizer = EMANormalizer(initial=300.0, momentum=0.99)
     return SimpleNamespace(iter=iteration, start_iter=iteration, max_iter=10,
-                           data_loader=loader)
+                           data_loader=loader, model=model)
 
 
 def test_after_a_checkpoint_the_next_iteration_draws_the_same_numbers_resumed_or_not():
@@ -43,6 +47,8 @@ def test_after_a_checkpoint_the_next_iteration_draws_the_same_numbers_resumed_or
     hook.trainer = trainer_at(1)
     batches = iter(hook.trainer.data_loader)
     next(batches), next(batches)
+    normalizer = hook.trainer.model[1].loss_normalizer
+    normalizer(40.0, 20.0), normalizer(60.0, 25.0)
     hook.after_step()  # iteration 1 ends: the checkpointer saves now
     checkpoint = weights_only_round_trip(hook.state_dict())
     draws()  # the evaluation after the checkpoint draws random numbers
@@ -58,6 +64,7 @@ def test_after_a_checkpoint_the_next_iteration_draws_the_same_numbers_resumed_or
     resumed.before_step()
     assert draws() == uninterrupted
     assert resumed.trainer.data_loader.position == 2
+    assert resumed.trainer.model[1].loss_normalizer.values == normalizer.values
 
 
 def test_resuming_from_a_checkpoint_without_the_states_warns_that_it_is_not_exact(caplog):
