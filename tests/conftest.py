@@ -20,7 +20,15 @@ os.environ.setdefault("FCOS_D2_CACHE_DIR", os.path.join(
 
 import pytest
 
-import fcos_d2  # noqa: E402,F401  (before detectron2: compatibility shims)
+
+def pytest_configure(config):
+    """Imports fcos_d2 (its compatibility shims go before detectron2's modules) in every
+    process that collects tests, but not in pytest-xdist's controller, which only hands
+    them out to the workers: there the import cost 12 s of CPU while they started."""
+    distributing = getattr(config.option, "dist", "no") != "no" and not config.option.collectonly
+    if distributing and not hasattr(config, "workerinput"):
+        return
+    import fcos_d2  # noqa: F401
 
 
 @pytest.fixture(scope="module")
