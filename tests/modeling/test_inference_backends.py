@@ -17,18 +17,29 @@ from fcos_d2.modeling.inference_backends import (INFERENCE_BACKENDS, INT8_CALIBR
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _model(backend: str):
-    """An R-18 FCOS with a 32-channel head (GroupNorm's 32 groups need 32 channels) whose
-    frozen BNs are far from the identity, in eval mode."""
+# FCOS-R50.yaml made tiny: R-18, a 32-channel head (GroupNorm's 32 groups need 32
+# channels) of one conv a tower, on P3 and P4 only (as configs/quickstart.yaml): each level
+# is a graph of its own shapes for inductor to compile, and five took a third longer cold
+TINY = ["MODEL.DEVICE", "cpu", "MODEL.WEIGHTS", "", "MODEL.RESNETS.DEPTH", 18,
+        "MODEL.RESNETS.RES2_OUT_CHANNELS", 64, "MODEL.RESNETS.OUT_FEATURES", ["res3", "res4"],
+        "MODEL.FPN.IN_FEATURES", ["res3", "res4"], "MODEL.FPN.OUT_CHANNELS", 32,
+        "MODEL.FCOS.IN_FEATURES", ["p3", "p4"], "MODEL.FCOS.TOP_BLOCKS_IN", "",
+        "MODEL.FCOS.SIZES_OF_INTEREST", [64], "MODEL.FCOS.NUM_CONVS", 1,
+        "MODEL.FCOS.NUM_CLASSES", 3, "MODEL.FCOS.PRE_NMS_TOPK_TEST", 50,
+        "MODEL.FCOS.INFERENCE_TH_TEST", 0.0]
+
+
+def _tiny_cfg(backend: str, *opts):
     cfg = get_cfg()
     add_fcos_config(cfg)
     cfg.merge_from_file(str(REPO / "configs" / "FCOS-R50.yaml"))
-    cfg.MODEL.DEVICE, cfg.MODEL.WEIGHTS = "cpu", ""
-    cfg.MODEL.RESNETS.DEPTH, cfg.MODEL.RESNETS.RES2_OUT_CHANNELS = 18, 64
-    cfg.MODEL.FPN.OUT_CHANNELS, cfg.MODEL.FCOS.NUM_CONVS = 32, 1
-    cfg.MODEL.FCOS.NUM_CLASSES, cfg.MODEL.FCOS.PRE_NMS_TOPK_TEST = 3, 50
-    cfg.MODEL.FCOS.INFERENCE_TH_TEST = 0.0
-    cfg.MODEL.FCOS.INFERENCE_BACKEND = backend
+    cfg.merge_from_list([*TINY, "MODEL.FCOS.INFERENCE_BACKEND", backend, *opts])
+    return cfg
+
+
+def _model(backend: str):
+    """The tiny FCOS (``TINY``) whose frozen BNs are far from the identity, in eval mode."""
+    cfg = _tiny_cfg(backend)
     torch.manual_seed(0)
     model = build_model(cfg)
     for module in model.modules():
@@ -106,15 +117,8 @@ def test_predictor_runs_the_configured_backend(tmp_path):
     torch.save({"model": eager.state_dict()}, weights)
     predictors = {}
     for backend in ("eager", "bf16_compiled"):
-        cfg = get_cfg()
-        add_fcos_config(cfg)
-        cfg.merge_from_file(str(REPO / "configs" / "FCOS-R50.yaml"))
-        cfg.merge_from_list(["MODEL.DEVICE", "cpu", "MODEL.WEIGHTS", str(weights),
-                             "MODEL.RESNETS.DEPTH", 18, "MODEL.RESNETS.RES2_OUT_CHANNELS", 64,
-                             "MODEL.FPN.OUT_CHANNELS", 32, "MODEL.FCOS.NUM_CONVS", 1,
-                             "MODEL.FCOS.NUM_CLASSES", 3, "MODEL.FCOS.PRE_NMS_TOPK_TEST", 50,
-                             "MODEL.FCOS.INFERENCE_TH_TEST", 0.0, "INPUT.MIN_SIZE_TEST", 128,
-                             "INPUT.MAX_SIZE_TEST", 160, "MODEL.FCOS.INFERENCE_BACKEND", backend])
+        cfg = _tiny_cfg(backend, "MODEL.WEIGHTS", str(weights), "INPUT.MIN_SIZE_TEST", 128,
+                        "INPUT.MAX_SIZE_TEST", 160)
         predictors[backend] = Predictor(cfg)
     image = (torch.rand(128, 160, 3, generator=torch.Generator().manual_seed(0)) * 255)
     image = image.to(torch.uint8).numpy()
