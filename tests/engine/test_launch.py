@@ -1,6 +1,6 @@
-"""fcos_d2.engine.launch: one process, workers started by torchrun, and what CPU workers
-forked from the fork server inherit. Their gloo group and gradients are checked in
-tests/engine/test_multiprocess.py."""
+"""fcos_d2.engine.launch: one process, workers started by torch.distributed.launch
+(torchrun), and what CPU workers forked from the fork server inherit. Their gloo group and
+gradients are checked in tests/engine/test_multiprocess.py."""
 import argparse
 import json
 import os
@@ -27,11 +27,12 @@ def worker_report(ddp) -> dict:
             "backend": dist.get_backend(), "ddp": type(ddp).__name__}
 
 
-def report_worker(folder: str) -> None:
-    """Writes what this worker sees to <folder>/<rank>.json; fails if called twice."""
+def report_worker(folder: str, **extra) -> None:
+    """Writes what this worker sees (and `extra`) to <folder>/<rank>.json; fails if called
+    twice."""
     ddp = defaults.create_ddp_model(torch.nn.Linear(2, 2), broadcast_buffers=False)
     with open(Path(folder) / f"{comm.get_rank()}.json", "x") as f:
-        json.dump(worker_report(ddp), f)
+        json.dump({**worker_report(ddp), **{f"parsed_{k}": v for k, v in extra.items()}}, f)
 
 
 def reports(folder: Path):
@@ -83,27 +84,37 @@ def test_one_fork_server_starts_the_workers_of_each_launch_with_its_environment(
     assert len(parents) == 1 and os.getpid() not in parents  # one fork server for both
 
 
-def test_under_torchrun_each_process_joins_the_job_and_runs_main_once(tmp_path, cpu_only):
+def report_main(args) -> None:
+    """``report_worker`` as train_net's main: also the --local-rank its parser read."""
+    report_worker(args.opts[0], local_rank=args.local_rank)
+
+
+def test_under_torch_distributed_launch_each_process_joins_the_job_and_runs_main_once(
+        tmp_path, cpu_only):
+    """torch.distributed.launch, the official FCOS's entry point, is torchrun (its
+    environment: the job's size, ranks, rendezvous) plus --local-rank=N in each process's
+    argv. The job is train_net.py's but for main: its parser, launch_from_args, and
+    --num-gpus 8, which torchrun's environment overrides."""
     script = tmp_path / "job.py"
-    script.write_text(textwrap.dedent(f"""
-        import sys
+    script.write_text(textwrap.dedent("""
         import fcos_d2
-        from fcos_d2.engine.launch import add_launcher_arguments, launch
-        from test_launch import report_worker
+        from fcos_d2.engine.launch import launch_from_args
+        from fcos_d2.engine.trainer import argument_parser
+        from test_launch import report_main
 
         if __name__ == "__main__":
-            # torchrun's environment decides the number of workers, not this 8
-            launch(report_worker, 8, dist_url="auto", args=(sys.argv[1],))
+            launch_from_args(report_main, argument_parser().parse_args())
     """))
     (tmp_path / "reports").mkdir()
     run = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         str(script), str(tmp_path / "reports")],
+        [sys.executable, "-m", "torch.distributed.launch", "--standalone", "--nproc_per_node",
+         "2", str(script), "--num-gpus", "8", str(tmp_path / "reports")],
         cwd=REPO, capture_output=True, text=True, timeout=240,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(  # test_launch, imported by the job
             filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")]))})
     assert run.returncode == 0, run.stderr[-5000:]
-    assert reports(tmp_path / "reports") == expected_reports(2)
+    assert reports(tmp_path / "reports") == [  # each parsed the --local-rank it was given
+        {**report, "parsed_local_rank": report["rank"]} for report in expected_reports(2)]
 
 
 def test_local_rank_from_torch_distributed_launch_is_accepted_in_both_spellings(monkeypatch,

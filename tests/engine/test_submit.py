@@ -22,7 +22,8 @@ submitit = pytest.importorskip("submitit", reason="submitit is in requirements.t
 from fcos_d2.engine.submit import (SubmitOptions, TrainingJob, check_training_argv,  # noqa: E402
                                    executor_parameters, rendezvous_environment, submit,
                                    submit_argument_parser, training_entry_point)
-from test_training_faults import REPO, TINY, max_weight_difference  # noqa: E402
+from test_training_faults import TINY, max_weight_difference  # noqa: E402
+from training_processes import REPO  # noqa: E402
 
 # 12 iterations; periodic checkpoints after iterations 1, 3, ... (so the signal below lands
 # while many iterations are left).

@@ -9,15 +9,12 @@ fixed seed on 4 synthetic 128x128 images, 2 a batch, with random flips, on the C
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from training_processes import REPO
 
 # 6 iterations; checkpoints after iterations 1, 3 and 5 (model_final).
 TINY = ["MODEL.DEVICE", "cpu", "MODEL.FPN.OUT_CHANNELS", "64", "MODEL.FCOS.NUM_CONVS", "1", "SEED", "7",
@@ -230,20 +227,3 @@ def test_a_worker_that_hangs_is_reported_after_the_collective_timeout(server, tm
     assert status != 0
     assert ended_at - started < 30  # 3 s of timeout, and the start
     assert "WorkerLostError: worker 0 of 2 lost contact with another worker" in logs[0].read_text()
-
-
-def test_torch_distributed_launch_runs_train_net_as_torchrun_does(dataset, tmp_path):
-    """The old official entry point: it passes --local-rank=N to each of its N processes."""
-    if torch.cuda.is_available():
-        pytest.skip("two processes need two GPUs where CUDA is available")
-    out = tmp_path / "out"
-    run = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.launch", "--standalone", "--nproc_per_node",
-         "2", "train_net.py", *argv(dataset, out, "DATALOADER.NUM_WORKERS", "0",
-                                    "SOLVER.MAX_ITER", "2")],
-        cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
-        timeout=300)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
-    assert "local_rank=0" in run.stdout and "local_rank=1" in run.stdout  # both parsed it
-    assert "Rank of current process: 0. World size: 2" in run.stdout
-    assert torch.load(out / "model_final.pth", weights_only=True)["iteration"] == 1
