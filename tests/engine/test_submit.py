@@ -1,11 +1,14 @@
 """``python -m fcos_d2.submit``: the submitit launcher.
 
-Two jobs run through submitit's LocalExecutor, each with 2 CPU workers (two tasks, as two
-GPUs of one node would be), on the tiny model and data of test_training_faults.py: one
-uninterrupted, which trains and evaluates; one that gets submitit's signal (USR2, what
-SLURM sends before the time limit) during training, is requeued by submitit's checkpoint
-hook with --resume and finishes. The SLURM side is checked without a cluster: the sbatch
-file submitit would write for a 2-node, 8-GPU request, and the rendezvous of its tasks.
+A job runs through submitit's LocalExecutor with 2 CPU workers (two tasks, as two GPUs of
+one node would be), on the tiny model and data of test_training_faults.py: it gets
+submitit's signal (USR2, what SLURM sends before the time limit) during training, is
+requeued by submitit's checkpoint hook with --resume, finishes and evaluates. Beside it,
+the same training uninterrupted on 2 CPU workers of train_net.py (a fork of the `scripts`
+server: a second job's two tasks would each import torch and detectron2 anew) gives the
+weights that the requeued job must end with. The SLURM side is checked without a cluster:
+the sbatch file submitit would write for a 2-node, 8-GPU request, and the rendezvous of
+its tasks.
 """
 import os
 import re
@@ -60,9 +63,9 @@ def wait_for(path: Path, job, seconds: float = 900.0) -> None:
 
 
 @pytest.fixture(scope="module")
-def jobs(dataset, tmp_path_factory):
-    """Both local jobs, run at once: "whole" (trains, evaluates) and "requeued" (USR2 to
-    its tasks once model_0000001.pth exists)."""
+def jobs(dataset, tmp_path_factory, scripts):
+    """The local job "requeued" (USR2 to its tasks once model_0000001.pth exists) and,
+    beside it, the uninterrupted reference "whole" (--num-gpus 2, no evaluation)."""
     root = tmp_path_factory.mktemp("submit")
     previous = os.getcwd()
     os.chdir(REPO)  # the tasks import this checkout's fcos_d2 (python -m puts cwd first)
@@ -70,36 +73,40 @@ def jobs(dataset, tmp_path_factory):
     saved = {key: os.environ.get(key) for key in [*environ, "MASTER_PORT"]}
     os.environ.update(environ)
     os.environ.pop("MASTER_PORT", None)
-    jobs = []
+    job, whole = None, None
     try:
         options = SubmitOptions(local=2, timeout=30, job_dir=str(root / "submitit"))
-        jobs.append(submit(options, training_argv(dataset, root / "whole")))
-        jobs.append(submit(options, training_argv(dataset, root / "requeued", "--skip-test")))
-        whole, requeued = jobs
-        wait_for(root / "requeued" / "model_0000001.pth", requeued)
-        for pid in task_pids(int(requeued.job_id)):  # as SLURM and submitit signal every task
+        job = submit(options, training_argv(dataset, root / "requeued"))
+        whole = scripts.start(["--num-gpus", "2", *training_argv(dataset, root / "whole",
+                                                                  "--skip-test")],
+                              log=root / "whole.log")
+        wait_for(root / "requeued" / "model_0000001.pth", job)
+        for pid in task_pids(int(job.job_id)):  # as SLURM and submitit signal every task
             os.kill(pid, signal.SIGUSR2)
-        for job in (whole, requeued):
-            job.results()  # raises with the failed task's traceback
+        job.results()  # raises with the failed task's traceback
+        status, _ = scripts.wait(whole, timeout=600)
+        assert status == 0, (root / "whole.log").read_text()[-3000:]
     except BaseException:
-        for job in jobs:  # no job left running: its controller ends its tasks
+        if job is not None:  # no job left running: its controller ends its tasks
             job.cancel(check=False)
+        if whole is not None:
+            scripts.wait(whole, timeout=0)  # kills it
         raise
     finally:
         os.chdir(previous)
         for key, value in saved.items():
             os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
-    return SimpleNamespace(root=root, whole=whole, requeued=requeued)
+    return SimpleNamespace(root=root, requeued=job)
 
 
 def test_a_local_job_of_two_cpu_workers_trains_and_evaluates(jobs):
-    out = jobs.root / "whole"
+    out = jobs.root / "requeued"
     assert "World size: 2" in (out / "log.txt").read_text()
     assert (out / "log.txt.rank1").exists()  # the second task was a worker of the job
     assert (out / "model_final.pth").exists()
     summary = (out / "inference" / "tiny" / "summary.txt").read_text()
     assert summary.count("== tiny |") == 1
-    logs = sorted(p.name for p in Path(jobs.whole.paths.folder).glob("*_log.out"))
+    logs = sorted(p.name for p in Path(jobs.requeued.paths.folder).glob("*_log.out"))
     assert len(logs) == 2  # submitit's log per task
 
 
@@ -118,7 +125,7 @@ def test_submitits_signal_requeues_the_job_which_resumes_exactly(jobs):
     resumed = log[stopped.end():]
     assert f"Starting training from iteration {iteration + 1}" in resumed
     assert (out / "model_final.pth").exists()
-    # the same 12 iterations as the uninterrupted job: the same weights
+    # the same 12 iterations as the uninterrupted training: the same weights
     assert max_weight_difference(out / "model_final.pth",
                                  jobs.root / "whole" / "model_final.pth") < 1e-6
 
