@@ -19,8 +19,8 @@ from fcos_d2.modeling.fad import search as fad_search
 from fcos_d2.modeling.fad.genotypes import read_genotype_file
 
 TINY = ["MODEL.FPN.OUT_CHANNELS", "32", "INPUT.MIN_SIZE_TRAIN", "(64,)",
-        "INPUT.MAX_SIZE_TRAIN", "64", "SOLVER.IMS_PER_BATCH", "2", "SOLVER.MAX_ITER", "3",
-        "SOLVER.CHECKPOINT_PERIOD", "2", "MODEL.FAD.SEARCH.GENOTYPE_PERIOD", "2"]
+        "INPUT.MAX_SIZE_TRAIN", "64", "SOLVER.IMS_PER_BATCH", "2", "SOLVER.MAX_ITER", "2",
+        "SOLVER.CHECKPOINT_PERIOD", "1", "MODEL.FAD.SEARCH.GENOTYPE_PERIOD", "1"]
 SPLIT_INDEPENDENT = ["MODEL.RESNETS.NORM", "FrozenBN", "INPUT.RANDOM_FLIP", "none"]
 SECOND_ORDER = ["MODEL.FAD.SEARCH.SECOND_ORDER", "True"]
 
@@ -54,8 +54,8 @@ def final_state(search) -> dict:
 
 
 def search_worker(folder: str) -> None:
-    """Each worker: the split-independent first step, a straight 3-iteration search (the
-    genotype writes counted), and one interrupted after 2 iterations and resumed; saves
+    """Each worker: the split-independent first step, a straight 2-iteration search (the
+    genotype writes counted), and one interrupted after 1 iteration and resumed; saves
     what it holds to rank<r>.pth."""
     folder, rank = Path(folder), comm.get_rank()
     gradients = first_step_gradients(folder / "split")
@@ -67,13 +67,12 @@ def search_worker(folder: str) -> None:
     straight.run()
     fad_search.write_genotype_file = write
     interrupted = fad_search.Search(tiny_cfg(folder / "resumed"))
-    for iteration in range(2):
-        interrupted.step(iteration)
-    interrupted.record(2)
-    interrupted.save(2)
+    interrupted.step(0)
+    interrupted.record(1)
+    interrupted.save(1)
     comm.synchronize()  # the main worker has written the checkpoint
     resumed = fad_search.Search(tiny_cfg(folder / "resumed"))
-    assert resumed.resume() and resumed.start_iter == 2
+    assert resumed.resume() and resumed.start_iter == 1
     resumed.run()
     torch.save({"gradients": gradients, "second_order": second_order, "straight": final_state(straight),
                 "resumed": final_state(resumed), "writes": writes,
@@ -102,10 +101,10 @@ def test_both_workers_hold_the_same_weights_alphas_and_buffers(workers):
 
 def test_only_the_main_worker_writes_the_genotype_files(workers):
     folder, ranks = workers
-    # iteration 2 (GENOTYPE_PERIOD) and the end (3), each as .log and .yaml
+    # iteration 1 (GENOTYPE_PERIOD) and the end (2), each as .log and .yaml
     assert ranks[0]["writes"] == ["genotype.log", "genotype.yaml"] * 2
     assert ranks[1]["writes"] == []
-    assert [h["iteration"] for h in ranks[1]["history"]] == [2, 3]  # noted everywhere
+    assert [h["iteration"] for h in ranks[1]["history"]] == [1, 2]  # noted everywhere
     box, cls = read_genotype_file(folder / "straight" / "genotype.log")
     assert box.num_nodes == cls.num_nodes == 3
     assert (folder / "straight" / "alphas.png").stat().st_size > 0
