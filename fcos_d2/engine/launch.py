@@ -223,11 +223,24 @@ def _join_torchrun_job(timeout: timedelta) -> None:
 
 
 def _cpu_start_method() -> str:
-    """forkserver where the platform has it, else spawn. A spawned worker imports torch,
-    detectron2 and fcos_d2 anew (12 s of CPU each on a busy 2-core AVX2 EPYC); the fork
-    server imports them once and forks every worker from that. It never computes, so the
-    forks inherit no OpenMP threads, and it starts no CUDA (forkserver is CUDA-safe)."""
+    """fork where this process runs one thread, else forkserver where the platform has it,
+    else spawn. A spawned worker imports torch, detectron2 and fcos_d2 anew (12 s of CPU
+    each on a busy 2-core AVX2 EPYC); a fork inherits them. Forking is safe with one thread
+    (no lock held by another, no OpenMP pool to inherit): ``train_net.py`` launches before
+    it computes, and has one thread where ``OMP_NUM_THREADS=1``. Otherwise the fork server
+    imports them once and forks every worker from that; it never computes, and starts no
+    CUDA (forkserver is CUDA-safe)."""
+    if _single_threaded():
+        return "fork"
     return "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+
+
+def _single_threaded() -> bool:
+    """Whether this process runs one thread (Linux's /proc/self/task; False elsewhere)."""
+    try:
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:
+        return False
 
 
 def _start_cpu_workers(main_func: Callable[..., Any], nprocs: int,

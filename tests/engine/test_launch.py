@@ -2,11 +2,13 @@
 (torchrun), and what CPU workers forked from the fork server inherit. Their gloo group and
 gradients are checked in tests/engine/test_multiprocess.py."""
 import argparse
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -69,19 +71,65 @@ def environment_worker(folder: str) -> None:
     (Path(folder) / f"{comm.get_rank()}.json").write_text(json.dumps(seen))
 
 
+@contextlib.contextmanager
+def another_thread():
+    """This process runs a second thread meanwhile (as pytest-xdist's workers do)."""
+    done = threading.Event()
+    thread = threading.Thread(target=done.wait)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
 def test_one_fork_server_starts_the_workers_of_each_launch_with_its_environment(
         tmp_path, cpu_only, monkeypatch):
+    """A process of several threads must not fork: its workers come from the fork server."""
     parents = set()
     for value, threads in [("first", 1), ("second", 2)]:
         monkeypatch.setenv("FCOS_D2_LAUNCH_TEST", value)
         monkeypatch.setenv("OMP_NUM_THREADS", str(threads))
         (tmp_path / value).mkdir()
-        launch(environment_worker, 2, dist_url="auto", args=(str(tmp_path / value),))
+        with another_thread():
+            launch(environment_worker, 2, dist_url="auto", args=(str(tmp_path / value),))
         seen = reports(tmp_path / value)
         assert [(s["rank"], s["value"], s["threads"]) for s in seen] == [
             (0, value, threads), (1, value, threads)]  # this launch's, not the server's
         parents |= {s["parent"] for s in seen}
     assert len(parents) == 1 and os.getpid() not in parents  # one fork server for both
+
+
+def test_a_process_of_one_thread_forks_its_workers_itself(tmp_path, cpu_only, scripts):
+    """train_net.py launches before it computes: with one thread (OMP_NUM_THREADS=1 here)
+    its workers are its own forks, and no fork server imports torch and detectron2 again."""
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent("""
+        import json, os, sys
+        import torch
+        from detectron2.utils import comm
+        from fcos_d2.engine.launch import launch
+
+        def worker(folder):
+            seen = {"rank": comm.get_rank(), "parent": os.getppid(),
+                    "value": os.environ.get("FCOS_D2_LAUNCH_TEST"),
+                    "threads": torch.get_num_threads()}
+            with open(os.path.join(folder, f"{comm.get_rank()}.json"), "x") as f:
+                json.dump(seen, f)
+
+        if __name__ == "__main__":
+            print("threads", len(os.listdir("/proc/self/task")), "pid", os.getpid())
+            launch(worker, 2, dist_url="auto", args=(sys.argv[1],))
+    """))
+    (tmp_path / "seen").mkdir()
+    done = scripts.run(str(script), str(tmp_path / "seen"),
+                       env={"FCOS_D2_LAUNCH_TEST": "forked", "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    pid = int(done.stdout.split("pid")[1].split()[0])
+    assert "threads 1 " in done.stdout
+    assert reports(tmp_path / "seen") == [{"rank": rank, "parent": pid, "value": "forked",
+                                           "threads": 1} for rank in (0, 1)]
 
 
 def report_main(args) -> None:
