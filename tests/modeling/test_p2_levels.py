@@ -56,7 +56,9 @@ def test_fast_path_and_tta_run_on_p2():
     from fcos_d2.modeling import FCOSWithTTA
     from fcos_d2.modeling.fast_inference import inference_model
 
-    cfg, model = tiny_model(*P2)
+    # two small scales, flipped: detectron2's default TEST.AUG (9 scales up to 1200 px)
+    # took 20 s here for the same check
+    cfg, model = tiny_model(*P2, "TEST.AUG.MIN_SIZES", "(96, 128)", "TEST.AUG.MAX_SIZE", "200")
     image = torch.randint(0, 256, (3, 97, 131)).float()
     with torch.no_grad():
         plain = model([{"image": image}])[0]["instances"]
