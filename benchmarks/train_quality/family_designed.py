@@ -14,7 +14,10 @@ convs), these keep what the authors train:
   ``family.py``'s FAD rows, so that the row changes the cells only: FAD's ratio (96 of
   256) would give 48 at the recipe's 128, which GroupNorm(32) cannot split.
   ``searched-trained`` is the genotype of FAD's search at these levels (P2-P4) from a
-  trained recipe (``genotypes/fad_searched_trained.yaml``; its command: configs/FAD/README.md).
+  trained recipe (``genotypes/fad_searched_trained.yaml``; its command: configs/FAD/README.md);
+  ``searched-trained ema-0.9`` that of the search as its config now is (the loss
+  normalizer's momentum 0.9; from the float32 recipe:
+  ``genotypes/fad_searched_trained_ema09.yaml``).
 - ``nas-fcos fpn dcn``: the published FPN with its 12 deformable convs under FCOS's head;
   ``nas-fcos fpn+head dcn centerness-on-reg``: with the published head (4 more DCNs),
   centerness on its regression tower as FCOS's recipe predicts it, so that from ``fpn
@@ -50,6 +53,8 @@ FAD_TWO_CELLS = 2  # FAD's cells a tower (MODEL.FAD.NUM_CELLS_BOX / CLS)
 FAD_PAPER_TWO, FAD_SEARCHED_TWO = "fad paper two-cell", "fad searched two-cell"
 FAD_SEARCHED_TRAINED_TWO = "fad searched-trained two-cell"
 FAD_SEARCHED_TRAINED_FILE = "fad_searched_trained.yaml"
+FAD_SEARCHED_EMA09_TWO = "fad searched-trained ema-0.9 two-cell"
+FAD_SEARCHED_EMA09_FILE = "fad_searched_trained_ema09.yaml"
 FAD_RANDOM_TWO = {f"fad random-{k} two-cell": k for k in range(1, 7)}  # random_genotype seed
 # The recipe's solver and precision on NAS-FCOS's own levels (P3-P7, ranges [32, 64, 128, 256])
 NAS_PROTOCOL = P3_P7
@@ -83,7 +88,8 @@ SEARCHED_TRAINED_FILE = "nas_fcos_searched_trained.yaml"
 SEARCH_COMPARISONS: Dict[str, List[str]] = {
     NAS_SEARCHED_TRAINED: list(NAS_RANDOM_DCN)[:4], NAS_SEARCHED_DCN: list(NAS_RANDOM_DCN)[:4],
     FAD_SEARCHED_TWO: list(FAD_RANDOM_TWO)[:4],
-    FAD_SEARCHED_TRAINED_TWO: list(FAD_RANDOM_TWO)[:4]}
+    FAD_SEARCHED_TRAINED_TWO: list(FAD_RANDOM_TWO)[:4],
+    FAD_SEARCHED_EMA09_TWO: list(FAD_RANDOM_TWO)[:4]}
 # The references of --contenders designed: FCOS on the recipe's levels and on NAS-FCOS's
 REFERENCES = [FCOS_HEAD, FCOS_P3_P7]
 # The rows of --contenders designed (the references are added first): the members as designed
@@ -96,7 +102,7 @@ NAS_DESIGNED = [NAS_FPN_DCN, NAS_HEAD_DCN_CTR_CLS, NAS_HEAD_DCN_CTR_REG,
 # random ones
 DESIGNED_ORDER = [FCOS_P3_P7, *OFFSET_LR_ROWS, *MAIN_ROWS, NAS_SEARCHED_DCN,
                   NAS_SEARCHED_TRAINED, *NAS_RANDOM_DCN, FAD_SEARCHED_TWO,
-                  FAD_SEARCHED_TRAINED_TWO, *FAD_RANDOM_TWO]
+                  FAD_SEARCHED_TRAINED_TWO, FAD_SEARCHED_EMA09_TWO, *FAD_RANDOM_TWO]
 
 
 def reference_of(name: str) -> str:
@@ -172,7 +178,8 @@ def designed_contenders() -> List[Contender]:
     fad += [FcosD2Contender(name, fad_overrides(["MODEL.FAD.GENOTYPE_FILE", str(GENOTYPES / file)],
                                                 cells=FAD_TWO_CELLS, protocol=FAD_PROTOCOL))
             for name, file in ((FAD_SEARCHED_TWO, FAD_SEARCHED_FILE),
-                               (FAD_SEARCHED_TRAINED_TWO, FAD_SEARCHED_TRAINED_FILE))]
+                               (FAD_SEARCHED_TRAINED_TWO, FAD_SEARCHED_TRAINED_FILE),
+                               (FAD_SEARCHED_EMA09_TWO, FAD_SEARCHED_EMA09_FILE))]
     fad += [FcosD2Contender(name, fad_random_overrides(seed, FAD_TWO_CELLS, FAD_PROTOCOL))
             for name, seed in FAD_RANDOM_TWO.items()]
     return [*nas_rows, *fad]

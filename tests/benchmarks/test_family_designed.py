@@ -13,6 +13,7 @@ from fcos_d2.modeling.layers import DeformConv2d
 # on the recipe's res2-res4 trunk; head 1.50 M (one cell: 0.76 M)
 FAD_PAPER_TWO_CELL_PARAMS = 4_788_174
 FAD_SEARCHED_TRAINED_PARAMS = 5_500_110  # head 2.22 M: the search picked deeper operations
+FAD_SEARCHED_EMA09_PARAMS = 5_876_686  # head 2.59 M: the search as its config now is
 NAS_DCN_PARAMS = 15_295_536  # FPN 2.94 M, head 1.18 M, 16 DCNs
 
 
@@ -38,14 +39,18 @@ def test_the_searched_fad_rows_build_their_genotype_files_two_cells_a_tower():
     from fcos_d2.modeling.fad.config import fad_genotypes
     from fcos_d2.modeling.fad.genotypes import read_genotype_file
 
+    params = {}
     for name, file in ((designed.FAD_SEARCHED_TWO, family.FAD_SEARCHED_FILE),
-                       (designed.FAD_SEARCHED_TRAINED_TWO, designed.FAD_SEARCHED_TRAINED_FILE)):
+                       (designed.FAD_SEARCHED_TRAINED_TWO, designed.FAD_SEARCHED_TRAINED_FILE),
+                       (designed.FAD_SEARCHED_EMA09_TWO, designed.FAD_SEARCHED_EMA09_FILE)):
         cfg = catalog.contender_cfg(name, 0, "unused")
         box, cls = read_genotype_file(family.GENOTYPES / file)
         assert fad_genotypes(cfg) == {"box": box, "cls": cls}, name
         model = build_model(cfg)
         assert len(model.head.box_tower.cells) == len(model.head.cls_tower.cells) == 2, name
-    assert _params(model) == FAD_SEARCHED_TRAINED_PARAMS  # the last row: searched-trained
+        params[name] = _params(model)
+    assert params[designed.FAD_SEARCHED_TRAINED_TWO] == FAD_SEARCHED_TRAINED_PARAMS
+    assert params[designed.FAD_SEARCHED_EMA09_TWO] == FAD_SEARCHED_EMA09_PARAMS
 
 
 def test_the_dcn_nas_fcos_row_builds_its_16_deformable_convs_with_the_stated_parameters():
