@@ -19,6 +19,7 @@ import argparse
 import functools
 import multiprocessing.connection
 import os
+import signal
 import socket
 from datetime import timedelta
 from typing import Any, Callable, NamedTuple, Optional, Sequence
@@ -280,6 +281,8 @@ def _cpu_worker(local_rank: int, environ: Optional[dict], main_func: Callable[..
     if environ is not None:  # a fork of the fork server holds the server's environment
         os.environ.clear()
         os.environ.update(environ)
+        for number in options.preemption_signals:  # a fork of the launching process holds
+            signal.signal(number, signal.SIG_DFL)  # its forwarding handlers: as spawned
     dist.init_process_group(backend="gloo", init_method=dist_url,
                             world_size=num_machines * workers_per_machine,
                             rank=machine_rank * workers_per_machine + local_rank, timeout=timeout)

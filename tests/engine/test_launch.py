@@ -3,8 +3,10 @@
 gradients are checked in tests/engine/test_multiprocess.py."""
 import argparse
 import contextlib
+import importlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -130,6 +132,33 @@ def test_a_process_of_one_thread_forks_its_workers_itself(tmp_path, cpu_only, sc
     assert "threads 1 " in done.stdout
     assert reports(tmp_path / "seen") == [{"rank": rank, "parent": pid, "value": "forked",
                                            "threads": 1} for rank in (0, 1)]
+
+
+def test_a_started_worker_ends_on_a_preemption_signal_until_it_handles_it(monkeypatch):
+    """A fork of the launching process inherits its handlers, which pass the preemption
+    signals on to the workers: a worker resets them first, so that until main_func installs
+    its own, SIGTERM ends it as it ends a spawned worker."""
+    from fcos_d2.engine.preemption import forward_signals_to_children
+
+    launch_module = importlib.import_module("fcos_d2.engine.launch")  # not the function
+
+    seen = {}
+
+    def joining(**kwargs):  # the first thing after the reset: stop there
+        seen["handler"] = signal.getsignal(signal.SIGTERM)
+        raise RuntimeError("stop")
+
+    monkeypatch.setattr(launch_module.dist, "init_process_group", joining)
+    options = launch_module._WorkerOptions((signal.SIGTERM,), 0.0, "127.0.0.1")
+    restore = forward_signals_to_children([signal.SIGTERM])
+    try:
+        with pytest.raises(RuntimeError, match="stop"):
+            launch_module._cpu_worker(0, dict(os.environ), print, 2, 1, 0, "tcp://x:1", (),
+                                      None, options)
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        restore()
+    assert seen["handler"] is signal.SIG_DFL
 
 
 def report_main(args) -> None:
