@@ -246,9 +246,10 @@ def _single_threaded() -> bool:
 
 def _start_cpu_workers(main_func: Callable[..., Any], nprocs: int,
                        worker_args: tuple) -> mp.ProcessContext:
-    """Starts this machine's `nprocs` CPU workers (``_cpu_worker``) without waiting.
+    """Starts this machine's `nprocs` CPU workers (``_cpu_worker``) without waiting: forks
+    of this process where it runs one thread, else of the fork server (``_cpu_start_method``).
 
-    The fork server (``_cpu_start_method``) preloads fcos_d2, the module of `main_func` and
+    The fork server preloads fcos_d2, the module of `main_func` and
     the main script, as each spawned worker would import them. It lives as long as this
     process and serves later launches too, so each worker is handed this process's
     environment of now, as spawn would give it (its stdout and stderr stay the server's:

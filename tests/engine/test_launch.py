@@ -108,24 +108,17 @@ def test_a_process_of_one_thread_forks_its_workers_itself(tmp_path, cpu_only, sc
     its workers are its own forks, and no fork server imports torch and detectron2 again."""
     script = tmp_path / "job.py"
     script.write_text(textwrap.dedent("""
-        import json, os, sys
-        import torch
-        from detectron2.utils import comm
+        import os, sys
+        sys.path.insert(0, sys.argv[2])  # this folder: test_launch's worker
         from fcos_d2.engine.launch import launch
-
-        def worker(folder):
-            seen = {"rank": comm.get_rank(), "parent": os.getppid(),
-                    "value": os.environ.get("FCOS_D2_LAUNCH_TEST"),
-                    "threads": torch.get_num_threads()}
-            with open(os.path.join(folder, f"{comm.get_rank()}.json"), "x") as f:
-                json.dump(seen, f)
+        from test_launch import environment_worker
 
         if __name__ == "__main__":
             print("threads", len(os.listdir("/proc/self/task")), "pid", os.getpid())
-            launch(worker, 2, dist_url="auto", args=(sys.argv[1],))
+            launch(environment_worker, 2, dist_url="auto", args=(sys.argv[1],))
     """))
     (tmp_path / "seen").mkdir()
-    done = scripts.run(str(script), str(tmp_path / "seen"),
+    done = scripts.run(str(script), str(tmp_path / "seen"), str(Path(__file__).parent),
                        env={"FCOS_D2_LAUNCH_TEST": "forked", "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
     pid = int(done.stdout.split("pid")[1].split()[0])
