@@ -84,7 +84,7 @@ def jobs(dataset, tmp_path_factory, scripts):
         for pid in task_pids(int(job.job_id)):  # as SLURM and submitit signal every task
             os.kill(pid, signal.SIGUSR2)
         job.results()  # raises with the failed task's traceback
-        status, _ = scripts.wait(whole, timeout=600)
+        (status, _), whole = scripts.wait(whole, timeout=600), None  # waited for
         assert status == 0, (root / "whole.log").read_text()[-3000:]
     except BaseException:
         if job is not None:  # no job left running: its controller ends its tasks
