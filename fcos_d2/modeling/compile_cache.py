@@ -1,5 +1,6 @@
-"""A compile paid once per machine: where inductor's caches live, which models they hold,
-how long a compile takes, and the padded sizes that share a compiled graph.
+"""A compile paid once per machine and Python environment: where inductor's caches live,
+which models they hold, how long a compile takes, and the padded sizes that share a
+compiled graph.
 
 - The cache folder (``MODEL.FCOS.COMPILE_CACHE_DIR``; empty: ``$FCOS_D2_CACHE_DIR``, else
   ``~/.cache/fcos_d2``) holds inductor's FX graph and AOT autograd caches in ``inductor/``
@@ -7,8 +8,11 @@ how long a compile takes, and the padded sizes that share a compiled graph.
   per model structure (parameter names, shapes and dtypes; not their values), the seconds
   each input shape took to compile. A second process compiling the same structure finds
   inductor's cache and compiles nothing; "auto" reads ``compiles.json`` to know it will.
-  Inductor keys its entries by content (graph, CPU, compiler, torch version), not by path,
-  so the folder is meant to move between machines alike (moving it is not tested).
+  Inductor keys its FX graphs by content (graph, CPU, torch version), but its compiled C++
+  kernels by the compiler's command line, which names torch's install folder: another
+  Python environment (a second clone's ``.venv``) finds the graphs and compiles the kernels
+  again (``tests/engine/test_compile.py``: 47 s against 4 s warm). So the model's key names
+  that folder, and a warm compile is one of the same environment.
 - Sizes are bucketed: after a process's first input size, a new size runs padded up to its
   bucket, each side rounded up to a ladder of ``steps`` sizes per octave (multiples of the
   backbone's size divisibility), so that a dataset whose images vary in size compiles a few
@@ -30,7 +34,7 @@ from torch import nn
 
 __all__ = ["CACHE_ENV", "activate_cache", "bucket_side", "bucketed_size", "cache_root",
            "cached_shapes", "compile_estimate", "graph_shape", "is_warm", "model_key",
-           "record_compile"]
+           "record_compile", "torch_folder"]
 
 logger = logging.getLogger(__name__)
 CACHE_ENV = "FCOS_D2_CACHE_DIR"
@@ -65,15 +69,21 @@ def activate_cache(root: Path) -> Path:
     return Path(wanted)
 
 
+def torch_folder() -> str:
+    """Where torch is installed: inductor's C++ compile command includes its headers from
+    there, so kernels compiled in one environment are compiled again in another."""
+    return os.path.dirname(os.path.abspath(torch.__file__))
+
+
 def model_key(model: nn.Module, backend: str) -> str:
     """The model's structure (class, parameter and buffer names, shapes and dtypes), the
-    backend and whether it freezes the weights, torch's version and the CPU's kind, hashed:
-    what a cached compile depends on beyond the input shape. Weight values are not in it:
-    inductor's cache keys on their shapes alone."""
+    backend and whether it freezes the weights, torch's version and install folder and the
+    CPU's kind, hashed: what a cached compile depends on beyond the input shape. Weight
+    values are not in it: inductor's cache keys on their shapes alone."""
     from .backend_choice import cpu_capabilities
     tensors = list(model.named_parameters()) + list(model.named_buffers())
     parts = [type(model).__name__, backend, getattr(model, "compile_freeze", True),
-             torch.__version__, sorted(cpu_capabilities().items())]
+             torch.__version__, torch_folder(), sorted(cpu_capabilities().items())]
     parts += [(name, tuple(t.shape), str(t.dtype)) for name, t in tensors]
     return hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
 

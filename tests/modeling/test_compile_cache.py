@@ -77,6 +77,19 @@ def test_index_records_compiles_and_estimates_from_them(tmp_path):
     assert other != key and not compile_cache.is_warm(tmp_path, other)
 
 
+def test_a_compile_recorded_in_one_python_environment_is_cold_in_another(monkeypatch,
+                                                                          tmp_path):
+    """Inductor compiles its C++ kernels again under another torch install folder (its
+    include path is in the compiler's command line), so "auto" must not count on them."""
+    model = nn.Sequential(nn.Conv2d(3, 4, 3))
+    key = compile_cache.model_key(model, "bf16_compiled")
+    compile_cache.record_compile(tmp_path, key, (1, 3, 64, 64), 30.0)
+    monkeypatch.setattr(torch, "__file__", str(tmp_path / "other_venv/torch/__init__.py"))
+    assert compile_cache.torch_folder() == str(tmp_path / "other_venv/torch")
+    moved = compile_cache.model_key(model, "bf16_compiled")
+    assert moved != key and not compile_cache.is_warm(tmp_path, moved)
+
+
 def test_cache_folder_comes_from_the_key_then_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv(compile_cache.CACHE_ENV, str(tmp_path / "env"))
     assert compile_cache.cache_root(str(tmp_path / "key")) == tmp_path / "key"
