@@ -13,11 +13,13 @@ STAMP := $(VENV)/.fcos-d2-setup-done
 setup: $(STAMP)
 	@$(PY) -c "import fcos_d2, detectron2.engine, detectron2.evaluation, detectron2.data; print('environment OK: torch', __import__('torch').__version__, '| detectron2', __import__('detectron2').__version__)"
 
-# --no-compile: no bytecode for every installed file up front (17 s of a 61-s install of
-# requirements.txt here); Python compiles the modules it imports when it first does.
+# pip writes the bytecode of what it installs (its default, about 17 s here): where
+# PYTHONDONTWRITEBYTECODE is set, as on this project's machines, Python never writes it on import,
+# and without it every process of the suite compiled torch, sympy and detectron2 from
+# source again (`import fcos_d2` 15.7 s against 5.5 s with it; docs/development.md).
 $(STAMP): requirements.txt setup.py tools/install_detectron2.py
 	@test -x $(PY) || python$(PYTHON_VERSION) -m venv $(VENV)
-	$(PY) -m pip install --quiet --no-compile -r requirements.txt
+	$(PY) -m pip install --quiet -r requirements.txt
 	$(PY) tools/install_detectron2.py
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	@touch $@
