@@ -18,6 +18,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 REPO = Path(__file__).resolve().parents[1]
 # storage scalars that are not losses (detectron2's and fcos-d2's)
 NOT_LOSSES = {"data_time", "rank_data_time", "lr", "time", "eta_seconds", "num_pos_anchors"}
+TRAINING_PROGRESS = "training"  # the desc of a child's iteration_progress lines
+CHILD_LOOK_SECONDS = 30.0  # how often run_all reads where its children are
 
 # can_start(name, seed, waiting): whether (name, seed) may start while the pairs of
 # `waiting` (queued or running) have not finished
@@ -62,15 +64,16 @@ def run_all(todo: List[Tuple[str, int]], jobs: int, output: Path, opts: Sequence
     --run NAME --seed SEED --output OUTPUT EXTRA_ARGS OPTS``, its output going to
     ``OUTPUT/log-<name>-<seed>.txt``. `todo` is consumed. Each finished run prints the runs
     done and to go and the ETA; between them, ``fcos_d2.progress`` shows a bar on a
-    terminal, or a line a minute in a log."""
+    terminal, or a line a minute in a log, with where each running child is (the iteration
+    and ETA its ``iteration_progress`` hook last wrote to its log)."""
     from fcos_d2.progress import Progress
 
-    env, running = child_environment(), []
+    env, running, last_look, looked = child_environment(), [], time.time(), False
     progress = Progress(len(todo), "benchmark runs", "runs")
     while todo or running:
         while len(running) < jobs and next_ready(todo, running, can_start) is not None:
             name, seed = todo.pop(next_ready(todo, running, can_start))
-            log = open(output / f"log-{name.replace(' ', '_')}-{seed}.txt", "w")
+            log = open(output / _log_name(name, seed), "w")
             argv = [*command, "--run", name, "--seed", str(seed), "--output", str(output),
                     *extra_args, *opts]
             process = subprocess.Popen(argv, env=env, cwd=REPO, stdout=log,
@@ -84,9 +87,44 @@ def run_all(todo: List[Tuple[str, int]], jobs: int, output: Path, opts: Sequence
                 progress.update(1)
                 print(f"finished {name} seed {seed}: exit {process.returncode}, "
                       f"{time.time() - started:.0f} s; {_runs_left(progress)}", flush=True)
+        if time.time() - last_look >= CHILD_LOOK_SECONDS:  # where each running child is
+            progress.update(0, running=_children_status(running, output))
+            last_look, looked = time.time(), True
         progress.update(0)  # a line a minute in a log while the runs go on
         time.sleep(1)
+    if looked:
+        progress.update(0, running="-")  # none is left
     progress.close()
+
+
+def _children_status(running: List[tuple], output: Path) -> str:
+    """``"fad paper seed 1 at 1200/4200 iterations (29%), ETA 1 h 3 min; ..."``: each
+    running child's latest ``training:`` line (``iteration_progress``) in its log;
+    ``"-"`` when none has written one yet."""
+    found = []
+    for name, seed, *_ in running:
+        line = _latest_line(output / _log_name(name, seed), TRAINING_PROGRESS + ": ")
+        if line:
+            parts = line[len(TRAINING_PROGRESS) + 2:].split(", ")
+            found.append(f"{name} seed {seed} at "
+                         + ", ".join([parts[0], *(p for p in parts if p.startswith("ETA"))]))
+    return "; ".join(found) or "-"
+
+
+def _latest_line(path: Path, prefix: str, tail_bytes: int = 16384) -> Optional[str]:
+    """The last line of `path`'s last `tail_bytes` that starts with `prefix`; None if none
+    (or no file yet)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - tail_bytes))
+            lines = f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+    return next((line for line in reversed(lines) if line.startswith(prefix)), None)
+
+
+def _log_name(name: str, seed: int) -> str:
+    return f"log-{name.replace(' ', '_')}-{seed}.txt"
 
 
 def _runs_left(progress) -> str:
@@ -116,6 +154,29 @@ def loss_recorder():
             return {k: round(statistics.median(v[-100:]), 4) for k, v in self.values.items()}
 
     return LossRecorder()
+
+
+def iteration_progress():
+    """A detectron2 hook that reports a child's iterations (``fcos_d2.progress``: in a log,
+    ``"training: 1200/4200 iterations (29%), ..., loss=0.412"`` at most once a minute), which
+    ``run_all`` reads back from the child's log."""
+    from detectron2.engine import HookBase
+
+    from fcos_d2.progress import Progress
+
+    class IterationProgress(HookBase):
+        def before_train(self):
+            self.progress = Progress(self.trainer.max_iter, TRAINING_PROGRESS, "iterations",
+                                     initial=self.trainer.start_iter)
+
+        def after_step(self):
+            total = self.trainer.storage.latest().get("total_loss")  # the trainer's sum
+            self.progress.update(1, **({} if total is None else {"loss": f"{total[0]:.3f}"}))
+
+        def after_train(self):
+            self.progress.close()
+
+    return IterationProgress()
 
 
 def load_results(path: Path) -> List[dict]:

@@ -17,8 +17,8 @@ from benchmarks.masks import reevaluate as stored, sizes
 from benchmarks.masks.configs import (CONTENDERS, REGIMES, REPO, SIPMASK_CONFIG,
                                       base_config_file, base_max_iter, regime_of, run_key,
                                       setup_cfg, val_dataset)
-from benchmarks.runner import (add_child_arguments, append_results, load_results,
-                               loss_recorder, module_command, run_all)
+from benchmarks.runner import (add_child_arguments, append_results, iteration_progress,
+                               load_results, loss_recorder, module_command, run_all)
 
 MODULE = "benchmarks.masks"
 BENCHMARK = "masks"  # benchmarks/results/masks.jsonl
@@ -41,7 +41,7 @@ def run_one(name: str, seed: int, output_dir: str, iters: int, opts: List,
     seed_all_rng(seed)
     trainer = Trainer(cfg)
     recorder = loss_recorder()
-    trainer.register_hooks([recorder])
+    trainer.register_hooks([recorder, iteration_progress()])
     trainer.resume_or_load(resume=False)
     start = time.perf_counter()
     status = "ok"

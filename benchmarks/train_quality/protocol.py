@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
-from benchmarks.runner import loss_recorder
+from benchmarks.runner import iteration_progress, loss_recorder
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "configs" / "FCOS-R18-small-data.yaml"
@@ -144,7 +144,7 @@ def train(build: Callable, cfg, seed: int, init: Optional[Callable] = None,
             torch.bfloat16, cfg.MODEL.FCOS.CPU_BF16, what="training", key="SOLVER.AMP.ENABLED"))
     recorder = loss_recorder()
     trainer.register_hooks([hooks.LRScheduler(optimizer, build_lr_scheduler(cfg, optimizer)),
-                            recorder])
+                            recorder, iteration_progress()])
     if diagnostics:
         from benchmarks.train_quality.diagnostics import TrainingDiagnostics
 

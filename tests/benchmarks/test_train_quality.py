@@ -505,10 +505,13 @@ def test_init_seed_reseeds_the_initial_weights_alone_and_equal_to_the_seed_is_th
     assert not all(torch.equal(a, b) for a, b in zip(plain_init, other_init))
 
 
-def test_the_protocol_trains_with_the_optimizer_the_config_names(tmp_path, monkeypatch):
-    """SOLVER.OPTIMIZER reaches the benchmark (detectron2's build_optimizer is SGD only)."""
+def test_the_protocol_trains_with_the_optimizer_the_config_names(tmp_path, monkeypatch,
+                                                                  capsys):
+    """SOLVER.OPTIMIZER reaches the benchmark (detectron2's build_optimizer is SGD only);
+    each training reports its iterations (runner.iteration_progress)."""
     import fcos_d2.engine.optimizer as optimizers
 
+    monkeypatch.setenv("FCOS_D2_PROGRESS", "0")  # a progress line at every iteration
     _toy_dataset(tmp_path, "train_quality_optimizer_toy")
     built, build = [], optimizers.build_optimizer
     monkeypatch.setattr(optimizers, "build_optimizer",
@@ -525,6 +528,9 @@ def test_the_protocol_trains_with_the_optimizer_the_config_names(tmp_path, monke
     assert isinstance(built[0], torch.optim.SGD)
     assert all(isinstance(o, torch.optim.AdamW) for o in built[1:]) and len(built) >= 2
     assert (built[1].defaults["lr"], built[1].defaults["weight_decay"]) == (0.001, 0.05)
+    reported = [line for line in capsys.readouterr().err.splitlines()
+                if line.startswith("training: 1/1 iterations (100%)")]
+    assert len(reported) == len(built) and all("loss=" in line for line in reported)
 
 
 class _Toy(torch.nn.Module):
