@@ -4,13 +4,25 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.fcos-d2-setup-done
 
+# exits 1 where the installed torch has no bytecode (cheap: imports nothing heavy)
+define BYTECODE_CHECK
+import importlib.util as u, os, sys, sysconfig
+init = os.path.join(sysconfig.get_paths()["purelib"], "torch", "__init__.py")
+sys.exit(0 if os.path.exists(u.cache_from_source(init)) else 1)
+endef
+export BYTECODE_CHECK
+
 .PHONY: setup test browser quickstart benchmark train-quality train-quality-thin mask-quality \
 	mask-quality-thin \
 	epochs-curve docs-tables clean-venv
 
 # The stamp records that requirements.txt, detectron2 and fcos-d2 were installed; it is
-# redone when requirements.txt or setup.py change. A second run only verifies imports.
+# redone when requirements.txt or setup.py change. A second run only verifies imports, and
+# compiles the bytecode of a .venv set up before pip wrote it (no torch/__init__'s: once,
+# both cores; one file of torch's tests is Python 3.12 only, hence the ignored status).
 setup: $(STAMP)
+	@$(PY) -c "$$BYTECODE_CHECK" || { echo "make setup: compiling the bytecode of $(VENV)"; \
+	  $(PY) -m compileall -q -j 0 $(VENV)/lib >/dev/null; true; }
 	@$(PY) -c "import fcos_d2, detectron2.engine, detectron2.evaluation, detectron2.data; print('environment OK: torch', __import__('torch').__version__, '| detectron2', __import__('detectron2').__version__)"
 
 # pip writes the bytecode of what it installs (its default, about 17 s here): where
