@@ -90,6 +90,18 @@ def _trained(quality: Numbered, name: str) -> bool:
     return any(counted_as(r)[0] == name for _, r in quality)
 
 
+def _costs_only_here(quality: Numbered, name: str, iterations: Optional[int]) -> bool:
+    """Whether the table of `iterations` lists `name` by its costs alone: never trained; a row
+    of family.py in the protocol's table, a row as designed (family_designed.py) in the
+    longest schedule's, where its kind trains (the protocol's while there is none)."""
+    if _trained(quality, name):
+        return False
+    if name in MEMBER_ORDER:
+        return iterations is None
+    schedules = longer_schedules(quality)
+    return iterations == (schedules[-1] if schedules else None)
+
+
 def _costs_only_row(name: str, cost: Tuple[int, dict]) -> List[str]:
     """A contender measured, never trained here: its costs alone."""
     line, record = cost
@@ -115,7 +127,7 @@ def family_rows(quality: Numbered, costs: Numbered, iterations: Optional[int] = 
         runs = _runs_of(quality, name, iterations)
         cost = _cost_of(costs, name, runs)
         if not runs:
-            if cost and iterations is None and not _trained(quality, name):
+            if cost and _costs_only_here(quality, name, iterations):
                 rows.append(_costs_only_row(name, cost[0]))
             continue
         aps = [score(r["metrics"]["AP"]) for _, r in runs]

@@ -10,7 +10,7 @@ import torch
 from detectron2.modeling import build_model
 
 from benchmarks import family_tables, table_cells, tables
-from benchmarks.train_quality import catalog, family, family_costs
+from benchmarks.train_quality import catalog, family, family_costs, family_designed
 
 SMALL = ["MODEL.FPN.OUT_CHANNELS", 32, "MODEL.FCOS.NUM_CONVS", 1]
 
@@ -193,6 +193,25 @@ def test_a_contender_with_costs_but_no_run_gets_its_costs_alone():
     assert family_tables.family_rows([(1, longer)], list(enumerate(costs, 1))) == []
     (row,) = family_tables.family_rows([(1, longer)], list(enumerate(costs, 1)), 4200)
     assert row[0] == family.NAS_HEAD_DCN and row[2] == "5.0 / n/a"
+
+
+def test_a_designed_row_never_trained_is_listed_in_the_longest_schedules_table():
+    name = family_designed.FAD_SEARCHED_EMA09_TWO
+    costs = [(1, _record("family_costs", None, {"params_M": 1.0, "gflops": 0.5, "latency_ms": 7.0},
+                         {}, {"contender": name}))]
+    runs = [(n, {**_record("train_quality", 0, {"AP": 5.0, "AP50": 5.0}, {},
+                           {"contender": family.FAD_PAPER, "iterations": it}),
+                 "overrides": ["SOLVER.MAX_ITER", str(it)]}) for n, it in ((1, 1400), (2, 4200))]
+    def rows_of(iterations):
+        return [r for r in family_tables.family_rows(runs, costs, iterations)
+                if r[0].startswith(name)]
+
+    assert rows_of(None) == [] and rows_of(1400) == []
+    (row,) = rows_of(4200)
+    assert row[0] == f"{name} (not trained)" and row[7:10] == ["1.00", "0.500", "7.0"]
+    # without a longer schedule, the protocol's table is where it shows
+    (row,) = family_tables.family_rows([], costs)
+    assert row[0] == f"{name} (not trained)"
 
 
 def test_equal_flops_reading_compares_ap_only_up_to_the_tolerance():
