@@ -8,6 +8,7 @@ process with one thread, ``jobs`` at a time: ``python -m <module> --run NAME --s
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -20,6 +21,9 @@ REPO = Path(__file__).resolve().parents[1]
 NOT_LOSSES = {"data_time", "rank_data_time", "lr", "time", "eta_seconds", "num_pos_anchors"}
 TRAINING_PROGRESS = "training"  # the desc of a child's iteration_progress lines
 CHILD_LOOK_SECONDS = 30.0  # how often run_all reads where its children are
+# detectron2's CommonMetricPrinter line ("... eta: 0:01:23  iter: 199  total_loss: ..."):
+# where a child without the iteration_progress hook (the library trainer's) is
+METRIC_PRINTER = re.compile(r"\beta: (?P<eta>\S+)\s+iter: (?P<iter>\d+)\b")
 
 # can_start(name, seed, waiting): whether (name, seed) may start while the pairs of
 # `waiting` (queued or running) have not finished
@@ -99,28 +103,41 @@ def run_all(todo: List[Tuple[str, int]], jobs: int, output: Path, opts: Sequence
 
 def _children_status(running: List[tuple], output: Path) -> str:
     """``"fad paper seed 1 at 1200/4200 iterations (29%), ETA 1 h 3 min; ..."``: each
-    running child's latest ``training:`` line (``iteration_progress``) in its log;
-    ``"-"`` when none has written one yet."""
+    running child's latest ``training:`` line (``iteration_progress``) in its log, else its
+    latest line of detectron2's metric printer (``"e12 seed 0 at iteration 200, ETA
+    0:01:23"``: the library trainer's children, benchmarks.epochs'); ``"-"`` when none has
+    written either yet."""
     found = []
     for name, seed, *_ in running:
-        line = _latest_line(output / _log_name(name, seed), TRAINING_PROGRESS + ": ")
-        if line:
-            parts = line[len(TRAINING_PROGRESS) + 2:].split(", ")
-            found.append(f"{name} seed {seed} at "
-                         + ", ".join([parts[0], *(p for p in parts if p.startswith("ETA"))]))
+        where = _where(_log_tail(output / _log_name(name, seed)))
+        if where:
+            found.append(f"{name} seed {seed} at {where}")
     return "; ".join(found) or "-"
 
 
-def _latest_line(path: Path, prefix: str, tail_bytes: int = 16384) -> Optional[str]:
-    """The last line of `path`'s last `tail_bytes` that starts with `prefix`; None if none
-    (or no file yet)."""
+def _where(lines: List[str]) -> Optional[str]:
+    """The iteration and ETA of the latest progress line of `lines`: an ``iteration_progress``
+    line, or else a metric printer's (its iteration counted from 1, as the hook counts)."""
+    prefix = TRAINING_PROGRESS + ": "
+    for line in reversed(lines):
+        if line.startswith(prefix):
+            parts = line[len(prefix):].split(", ")
+            return ", ".join([parts[0], *(p for p in parts if p.startswith("ETA"))])
+    for line in reversed(lines):
+        match = METRIC_PRINTER.search(line)
+        if match:
+            return f"iteration {int(match['iter']) + 1}, ETA {match['eta']}"
+    return None
+
+
+def _log_tail(path: Path, tail_bytes: int = 16384) -> List[str]:
+    """The lines of `path`'s last `tail_bytes`; none while there is no file."""
     try:
         with open(path, "rb") as f:
             f.seek(max(0, f.seek(0, os.SEEK_END) - tail_bytes))
-            lines = f.read().decode("utf-8", "replace").splitlines()
+            return f.read().decode("utf-8", "replace").splitlines()
     except OSError:
-        return None
-    return next((line for line in reversed(lines) if line.startswith(prefix)), None)
+        return []
 
 
 def _log_name(name: str, seed: int) -> str:

@@ -62,3 +62,50 @@ def test_a_child_without_progress_lines_yet_shows_a_dash(tmp_path):
     (tmp_path / "log-fad_paper-1.txt").write_text("loading the data\n")
     running = [("fad paper", 1, None, 0.0), ("fcos-d2 recipe", 2, None, 0.0)]
     assert runner._children_status(running, tmp_path) == "-"  # the second has no log yet
+
+
+def _metric_printer_message(iteration: int, max_iter: int, seconds: float) -> str:
+    """What detectron2's CommonMetricPrinter logs after `iteration` (the library trainer's
+    line, which benchmarks.epochs' children write)."""
+    import logging
+
+    from detectron2.utils.events import CommonMetricPrinter, EventStorage
+
+    messages = []
+    handler = logging.Handler()
+    handler.emit = lambda record: messages.append(record.getMessage())
+    logger = logging.getLogger("detectron2.utils.events")
+    logger.addHandler(handler)
+    old_level, logger.level = logger.level, logging.INFO
+    try:
+        with EventStorage(start_iter=iteration) as storage:
+            storage.put_scalar("time", seconds)
+            storage.put_scalar("total_loss", 1.25)
+            CommonMetricPrinter(max_iter).write()
+    finally:
+        logger.removeHandler(handler)
+        logger.level = old_level
+    (message,) = messages
+    return message
+
+
+def test_a_child_without_the_hook_shows_the_metric_printers_iteration_and_eta(tmp_path):
+    message = _metric_printer_message(199, 400, 0.5)  # ETA: 0.5 s x 200 iterations to go
+    (tmp_path / "log-e12-0.txt").write_text(
+        "[12/07 22:10:00 d2.engine.train_loop]: Starting training from iteration 0\n"
+        f"[12/07 22:10:01 d2.utils.events]: {_metric_printer_message(19, 400, 0.5)}\n"
+        f"[12/07 22:11:40 d2.utils.events]: {message}\n"
+        "[12/07 22:11:41 d2.engine.hooks]: not a progress line\n")
+    status = runner._children_status([("e12", 0, None, 0.0)], tmp_path)
+    assert status == "e12 seed 0 at iteration 200, ETA 0:01:40"
+
+
+def test_the_hooks_line_wins_over_a_metric_printers_and_a_child_without_either_is_left_out(
+        tmp_path):
+    (tmp_path / "log-fad_paper-1.txt").write_text(
+        "training: 7/10 iterations (70%), 4 s elapsed, ETA 2 s, loss=0.8\n"
+        f"[12/07 22:11:40 d2.utils.events]: {_metric_printer_message(8, 10, 0.5)}\n")
+    (tmp_path / "log-e12-0.txt").write_text("Command Line Args: ...\n")
+    running = [("fad paper", 1, None, 0.0), ("e12", 0, None, 0.0), ("e24", 0, None, 0.0)]
+    assert runner._children_status(running, tmp_path) == \
+        "fad paper seed 1 at 7/10 iterations (70%), ETA 2 s"
