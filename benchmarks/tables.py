@@ -1,9 +1,11 @@
 """The docs' tables from the records: ``python -m benchmarks.tables`` (``make docs-tables``).
 
 Reads every records file ``benchmarks/results/<benchmark>.jsonl`` (``benchmarks.records``)
-and writes ``docs/results/<benchmark>.md``, headed with the file it was generated from. Each
-row names the records it summarises (their line numbers in the records file), their commits
-and the CPU, so that a figure in the docs can be traced to its runs. ``--check`` writes
+and writes ``docs/results/<benchmark>.md``, headed with the file it was generated from, then
+the docs read from several records files (``family_tables``: family.md and the members'
+README blocks; ``search_tables``: searches.md). Each row names the records it summarises
+(their line numbers in the records file), their commits and the CPU, so that a figure in the
+docs can be traced to its runs. ``--check`` writes
 nothing and fails if a generated file is missing or differs (the docs are stale).
 """
 import argparse
@@ -15,7 +17,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
-from benchmarks import family_tables
+from benchmarks import family_tables, search_tables
 from benchmarks.records import (REPO, RESULTS_DIR, RecordsError, overrides_key,
                                 read_numbered_records, score)
 from benchmarks.table_cells import commit as _commit, cpu as _cpu, joined as _joined
@@ -429,14 +431,16 @@ def main(argv: Optional[List[str]] = None) -> int:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
         print(f"wrote {target} from {source}")
-    for target, text in family_tables.derived_outputs(
-            args.records, args.docs, embed=args.docs.resolve() == DOCS_DIR.resolve()).items():
+    derived = {**family_tables.derived_outputs(
+        args.records, args.docs, embed=args.docs.resolve() == DOCS_DIR.resolve()),
+        **search_tables.derived_outputs(args.records, args.docs)}
+    for target, text in derived.items():
         if args.check:
             if not target.is_file() or target.read_text() != text:
                 stale.append(str(target))
             continue
         target.write_text(text)
-        print(f"wrote {target} (the family table)")
+        print(f"wrote {target} (derived from several records files)")
     if stale:
         print(f"stale or missing: {', '.join(stale)}; run python -m benchmarks.tables",
               file=sys.stderr)
