@@ -45,13 +45,23 @@ AP, iterations done, training seconds and seconds per iteration) to
 (``python -m benchmarks.tables``) also gives every contender at equal iterations and at equal
 training time (``equal_time``).
 
+A run that is killed (its session or job ends) loses at most ``resume.CHECKPOINT_SECONDS``
+(10 minutes) of training: every 10 minutes it saves where it is in its run folder
+(``OUTPUT/runs/<contender>-<seed>/resume.pth``), and the same command started again resumes
+each such run there, then ends as the run would have uninterrupted (the same batches and
+augmentations, weights equal bit for bit). Its record adds up the training seconds of
+every attempt and says where it resumed ("resumed": from_iteration, and "exact": whether
+the data stream was found where it was saved). LabelEnc's two-step runs and
+``--diagnostics`` runs start again instead.
+
 The modules: ``protocol`` (the regimes, the config, training and evaluation every
 contender gets), ``contenders`` (the ``Contender`` interface and the one-step contenders),
 ``adapters`` (torchvision's and detectron2's FCOS behind detectron2's model interface),
 ``labelenc`` (LabelEnc's two steps as contenders), ``catalog`` (every contender by name),
 ``results`` (the run records and tables), ``equal_time`` (the records at equal iterations
 and equal training time), ``costs`` (iteration costs), ``diagnostics``,
-``reevaluate`` and ``analyses`` (the modes that read stored runs), ``cli`` (the command).
+``reevaluate`` and ``analyses`` (the modes that read stored runs), ``resume`` (a killed
+run's saved state), ``cli`` (the command).
 
 Usage:
     python -m benchmarks.train_quality [--regime shapes|thin] [--contenders all|NAME ...]

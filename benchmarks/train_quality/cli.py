@@ -96,13 +96,17 @@ def run_child(args, output: Path, argv: List[str]) -> None:
     of each to the repository's records file."""
     import fcos_d2  # noqa: F401  (before detectron2)
 
-    results = run_one(args.run, args.seed, str(output / "runs" / f"{args.run}-{args.seed}"),
-                      args.opts, regime=args.regime, diagnostics=args.diagnostics,
-                      init_seed=args.init_seed, step1_from=args.step1_from)
+    from benchmarks.train_quality.resume import RESUME_FILE
+
+    folder = output / "runs" / f"{args.run}-{args.seed}"
+    results = run_one(args.run, args.seed, str(folder), args.opts, regime=args.regime,
+                      diagnostics=args.diagnostics, init_seed=args.init_seed,
+                      step1_from=args.step1_from)
     append_results(output / "results.jsonl", results)
     command = f"python -m {MODULE} {shlex.join(argv)}"
     for result in results:
         records.append_record(repository_record(result, command))
+    (folder / RESUME_FILE).unlink(missing_ok=True)  # recorded: a new start trains anew
 
 
 def cost_estimate(args, argv: List[str]) -> str:

@@ -201,15 +201,16 @@ class Contender:
             diagnostics: bool = False, init_seed: Optional[int] = None,
             step1_from: Optional[str] = None,
             also_evaluate: Sequence["Contender"] = ()) -> List[dict]:
-        """Trains it once with `seed` (weights from `init_seed` if given), keeps the weights
-        in `output_dir`/model_final.pth and returns its record (contender, COCO box
-        metrics, seed, status, final losses, seconds), then one per contender of
+        """Trains it once with `seed` (weights from `init_seed` if given; resuming from
+        `output_dir`'s saved state if a killed attempt left one, ``protocol.train``), keeps
+        the weights in `output_dir`/model_final.pth and returns its record (contender, COCO
+        box metrics, seed, status, final losses, seconds), then one per contender of
         `also_evaluate` (inference-only variants) scored on the same weights."""
         import torch
 
         cfg = self.config(seed, output_dir, opts, regime)
         model, common = protocol.train(self.build, cfg, seed, diagnostics=diagnostics,
-                                       init_seed=init_seed)
+                                       init_seed=init_seed, checkpoint_dir=output_dir)
         if common["status"] != "ok":
             return [{"contender": self.name, "AP": 0.0, "AP50": 0.0, **common}]
         os.makedirs(output_dir, exist_ok=True)

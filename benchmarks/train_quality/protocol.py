@@ -110,7 +110,8 @@ def prepare_datasets(regime: str = "shapes") -> None:
 
 
 def train(build: Callable, cfg, seed: int, init: Optional[Callable] = None,
-          diagnostics: bool = False, init_seed: Optional[int] = None):
+          diagnostics: bool = False, init_seed: Optional[int] = None,
+          checkpoint_dir: Optional[str] = None):
     """Builds the model (``build(cfg)``, then ``init(model)`` if given) and trains it with
     the protocol's loader, optimizer and schedule (in bf16 autocast with
     ``SOLVER.AMP.ENABLED`` where the CPU has native bf16, as train_net.py); returns it and a dict of the run's seed,
@@ -121,7 +122,12 @@ def train(build: Callable, cfg, seed: int, init: Optional[Callable] = None,
     `seed` seeds every generator (detectron2's ``seed_all_rng``); `init_seed`, if given,
     then reseeds torch's alone. Torch's generator draws the initial weights and numpy's the
     image order (``TrainingSampler``'s seed) and the augmentation, so the two seeds split a
-    run's randomness into initialisation and data; ``init_seed == seed`` is the plain run."""
+    run's randomness into initialisation and data; ``init_seed == seed`` is the plain run.
+
+    With `checkpoint_dir` (and without `diagnostics`, whose statistics are not saved), the
+    run saves where it is there every ``resume.CHECKPOINT_SECONDS`` of training and, when
+    its file is there already, resumes from it (``benchmarks.train_quality.resume``): its
+    "train_seconds" then count every attempt, and "resumed" says where each began."""
     import torch
     from detectron2.data import build_detection_train_loader
     from detectron2.engine import SimpleTrainer, hooks
@@ -142,27 +148,49 @@ def train(build: Callable, cfg, seed: int, init: Optional[Callable] = None,
     if cfg.SOLVER.AMP.ENABLED and cfg.MODEL.DEVICE == "cpu":  # as train_net.py's Trainer
         trainer = CPUAMPTrainer.replacing(trainer, cpu_autocast_dtype(
             torch.bfloat16, cfg.MODEL.FCOS.CPU_BF16, what="training", key="SOLVER.AMP.ENABLED"))
-    recorder = loss_recorder()
-    trainer.register_hooks([hooks.LRScheduler(optimizer, build_lr_scheduler(cfg, optimizer)),
-                            recorder, iteration_progress()])
+    recorder, scheduler = loss_recorder(), build_lr_scheduler(cfg, optimizer)
+    trainer.register_hooks([hooks.LRScheduler(optimizer, scheduler), recorder,
+                            iteration_progress()])
     if diagnostics:
         from benchmarks.train_quality.diagnostics import TrainingDiagnostics
 
         watcher = TrainingDiagnostics(model)
         trainer.register_hooks([watcher])
     start = time.perf_counter()
+    checkpoint = None if diagnostics or checkpoint_dir is None else _checkpointing(
+        trainer, cfg, Path(checkpoint_dir), scheduler, recorder)
     status = "ok"
     try:
-        trainer.train(0, cfg.SOLVER.MAX_ITER)
+        trainer.train(checkpoint.start_iter if checkpoint else 0, cfg.SOLVER.MAX_ITER)
     except FloatingPointError as error:  # SimpleTrainer's check of non-finite losses
         status = f"diverged: {error}"
+    seconds = checkpoint.seconds() if checkpoint else time.perf_counter() - start
     # trainer.iter: the iterations done, MAX_ITER unless a non-finite loss stopped it
     record = {"seed": seed, "status": status, "final_losses": recorder.tail(),
-              "train_seconds": round(time.perf_counter() - start, 1),
-              "iterations": trainer.iter}
+              "train_seconds": round(seconds, 1), "iterations": trainer.iter,
+              **({"resumed": checkpoint.resumed} if checkpoint and checkpoint.resumed else {})}
     if diagnostics:
         record["diagnostics"] = watcher.record()
     return model, record
+
+
+def _checkpointing(trainer, cfg, folder: Path, scheduler, recorder):
+    """The run's ``resume.RunCheckpoint`` hook (registered last) in `folder`, with
+    ``start_iter``: where `trainer` was put back to from the folder's saved state (0
+    without one)."""
+    from benchmarks.train_quality import resume
+
+    config = cfg.dump()
+    state = resume.resume_state(folder / resume.RESUME_FILE, config)
+    notes = [*state["resumed"], resume.restore(trainer, state, scheduler, recorder)] \
+        if state else []
+    checkpoint = resume.RunCheckpoint(folder / resume.RESUME_FILE, scheduler=scheduler,
+                                      recorder=recorder, config=config,
+                                      seconds_before=state["seconds"] if state else 0.0,
+                                      resumed=notes, period_seconds=resume.CHECKPOINT_SECONDS)
+    checkpoint.start_iter = state["iteration"] if state else 0
+    trainer.register_hooks([checkpoint])
+    return checkpoint
 
 
 def evaluate(model, cfg, mapper=None) -> Dict[str, float]:
