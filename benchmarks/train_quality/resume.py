@@ -78,14 +78,19 @@ class RunCheckpoint(HookBase):
 
 def resume_state(path: Path, config: str) -> Optional[Dict[str, Any]]:
     """The state saved at `path` for a run of `config`, or None without a file; a file of
-    another config is refused (its run would continue under other settings)."""
+    another config (its run would continue under other settings) or one that does not
+    load is refused, naming it."""
     import torch
 
     path = Path(path)
     if not path.is_file():
         return None
-    state = torch.load(path, map_location="cpu", weights_only=False)  # our own file
-    if state.get("config") != config:
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)  # our own file
+    except Exception as error:  # truncated or not ours: say which file, and what to do
+        raise SystemExit(f"{path}: cannot be read as a saved run ({type(error).__name__}: "
+                         f"{error}); delete it to start this run again") from None
+    if not isinstance(state, dict) or state.get("config") != config:
         raise SystemExit(f"{path}: saved by a run of another config; delete it to start "
                          "this run again, or give this run another --output")
     return state

@@ -48,12 +48,15 @@ def test_a_run_killed_after_a_save_resumes_and_ends_bit_equal_to_an_uninterrupte
     assert "resumed" not in plain_record
 
 
-def test_a_saved_state_of_another_config_is_refused_by_name(tmp_path):
+def test_a_saved_state_of_another_config_or_unreadable_is_refused_by_name(tmp_path):
     path = tmp_path / resume.RESUME_FILE
     torch.save({"config": "SEED: 1\n"}, path)
     with pytest.raises(SystemExit, match=f"{path}: saved by a run of another config"):
         resume.resume_state(path, "SEED: 2\n")
     assert resume.resume_state(tmp_path / "none.pth", "SEED: 2\n") is None
+    path.write_bytes(b"not a saved run")
+    with pytest.raises(SystemExit, match=f"{path}: cannot be read as a saved run"):
+        resume.resume_state(path, "SEED: 2\n")
 
 
 def test_a_recorded_run_leaves_no_saved_state_behind(tmp_path, monkeypatch):
