@@ -91,6 +91,13 @@ _LIBRARIES = []  # op libraries must stay referenced, or their ops are unregiste
 HAS_D2_EXTENSION: bool = _install_extension_stand_in()
 
 
+def training_data_iterator(trainer):
+    """The data iterator a ``SimpleTrainer`` draws its batches from: v0.6 keeps it in the
+    attribute ``_data_loader_iter``, main in a property of that name over a lazily made
+    iterator; both give the one the next ``run_step`` takes from."""
+    return trainer._data_loader_iter
+
+
 def create_local_process_group(num_workers_per_machine: int) -> None:
     """Creates the per-machine process group that ``comm.get_local_rank`` reads.
 

@@ -102,6 +102,7 @@ def restore(trainer, state: Dict[str, Any], scheduler, recorder) -> Dict[str, An
     and sets the global generators to the saved ones. Returns the record's note:
     {"from_iteration", "exact"} (exact: the generators after those draws equalled the
     saved ones, so the data and augmentations go on as in an uninterrupted run)."""
+    from fcos_d2.compat import training_data_iterator
     from fcos_d2.engine.resume import get_rng_states, set_rng_states
     from fcos_d2.modeling.losses import load_loss_normalizer_states
 
@@ -110,8 +111,9 @@ def restore(trainer, state: Dict[str, Any], scheduler, recorder) -> Dict[str, An
     scheduler.load_state_dict(state["scheduler"])
     load_loss_normalizer_states(trainer.model, state["loss_normalizers"])
     recorder.values = {k: list(v) for k, v in state["losses"].items()}
+    batches = training_data_iterator(trainer)
     for _ in range(state["iteration"]):
-        next(trainer._data_loader_iter)
+        next(batches)
     exact = _equal_states(get_rng_states(), state["rng"])
     set_rng_states(state["rng"])
     return {"from_iteration": state["iteration"], "exact": exact}
